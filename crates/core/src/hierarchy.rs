@@ -1,0 +1,674 @@
+//! The Vassal dispatcher: an ordered hierarchy of loaded schedulers, queried top-down.
+//!
+//! Paper 000 §3: "the dispatcher *queries* the schedulers for which thread to run";
+//! "if a higher level scheduler does not have a ready thread, then the next one (in
+//! descending order) is queried". §4: RegisterScheduler / UnregisterScheduler,
+//! MessageToScheduler, SetSchedulerEvent. §8: schedulers declare how they use the CPU and
+//! a conflicting one is refused at load time (see [`crate::usage`]).
+//!
+//! Invariants (asserted by the tests and the simulator's property tests):
+//! - every live task is owned by exactly one registered scheduler; new tasks start in
+//!   the default scheduler (the bottom one, which cannot be unregistered);
+//! - a task moves only by an explicit Join/Leave, or when its scheduler is unregistered
+//!   (then it returns to the default scheduler) — no task is ever lost;
+//! - a CPU runs at most one task and a task runs on at most one CPU;
+//! - every decision is validated; an invalid one is refused, the policy is told, and the
+//!   next scheduler is asked. The mechanism distrusts the policy.
+//!
+//! Guests: a task owned by a higher scheduler that has not marked it exclusive is also
+//! attached to the default scheduler as a guest, which may run it when the owner has no
+//! opinion (Vassal §3, last paragraph). The guest host gets the same state notifications
+//! (wake, block, dispatch, preempt, run) as the owner.
+//!
+//! The mechanism's duties: call `account` for the running task before `schedule`/`block`
+//! on its CPU; call `schedule` for every CPU returned by `block`/`remove_task` and for
+//! every `Effect::Resched` drained from [`Dispatcher::drain_effects`]; arm and cancel
+//! scheduler events as the drained effects say and deliver them with `fire_event`.
+
+use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
+use crate::policy::{
+    AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply, Request,
+    Sender, TaskParams, TaskState, TaskView, Wake,
+};
+use crate::time::Ns;
+use crate::usage::{check_conflict, HierarchyConfig, Usage};
+
+/// Where to insert a newly registered scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// Above every other scheduler (Vassal: the loaded scheduler takes precedence).
+    Top,
+    Above(SchedId),
+    /// Below the given one (never below the default scheduler).
+    Below(SchedId),
+}
+
+/// Why a registration or unregistration was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    #[error("a scheduler named '{0}' is already registered")]
+    DuplicateName(String),
+    #[error("no scheduler {0}")]
+    NoSuchScheduler(SchedId),
+    #[error("the default scheduler cannot be unregistered or placed below")]
+    DefaultScheduler,
+    #[error("scheduler '{name}' conflicts with the hierarchy: {reason}")]
+    Conflict { name: String, reason: String },
+}
+
+/// A decision the dispatcher accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatched {
+    pub task: TaskId,
+    pub slice: Option<Ns>,
+    /// The scheduler that made the decision.
+    pub by: SchedId,
+    /// The task that was running on this CPU before (may equal `task`).
+    pub prev: Option<TaskId>,
+    /// The task last ran on another CPU.
+    pub migrated: bool,
+}
+
+/// Counters the dispatcher keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Calls of `schedule`.
+    pub decisions: u64,
+    /// Calls of some scheduler's `pick`.
+    pub picks: u64,
+    /// Decisions that left the CPU idle (every scheduler had no opinion).
+    pub idle: u64,
+    /// Decisions refused as invalid.
+    pub refused: u64,
+    /// Hand-offs honoured.
+    pub hand_offs: u64,
+}
+
+/// A registered scheduler, as reported to the mechanism.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedInfo {
+    pub id: SchedId,
+    pub name: String,
+    pub kind: String,
+    pub usage: Usage,
+    /// Decisions it made that were accepted.
+    pub decided: u64,
+    /// Decisions it made that were refused.
+    pub refused: u64,
+}
+
+struct Slot {
+    id: SchedId,
+    name: String,
+    usage: Usage,
+    policy: Box<dyn Policy>,
+    decided: u64,
+    refused: u64,
+}
+
+struct TaskRec {
+    state: TaskState,
+    owner: SchedId,
+    /// Also attached to the default scheduler as a guest.
+    guest: bool,
+    affinity: CpuSet,
+    last_cpu: Option<CpuId>,
+    params: TaskParams,
+    parent: Option<TaskId>,
+}
+
+struct Tasks {
+    recs: Vec<TaskRec>,
+    cpus: Vec<Option<TaskId>>,
+}
+
+impl TaskView for Tasks {
+    fn state(&self, task: TaskId) -> TaskState {
+        self.recs.get(task.0 as usize).map_or(TaskState::Dead, |r| r.state)
+    }
+    fn affinity(&self, task: TaskId) -> CpuSet {
+        self.recs.get(task.0 as usize).map_or(CpuSet::NONE, |r| r.affinity)
+    }
+    fn owner(&self, task: TaskId) -> Option<SchedId> {
+        self.recs.get(task.0 as usize).filter(|r| r.state != TaskState::Dead).map(|r| r.owner)
+    }
+    fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
+        self.recs.get(task.0 as usize).and_then(|r| r.last_cpu)
+    }
+    fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
+        self.cpus.get(cpu.0 as usize).copied().flatten()
+    }
+}
+
+/// The Vassal dispatcher. See the module documentation.
+pub struct Dispatcher {
+    ncpus: u16,
+    cfg: HierarchyConfig,
+    /// Top-down; the last one is the default scheduler.
+    scheds: Vec<Slot>,
+    next_sched: u32,
+    tasks: Tasks,
+    effects: Vec<Effect>,
+    exclusive: Vec<(TaskId, bool)>,
+    stats: DispatchStats,
+}
+
+impl Dispatcher {
+    /// A dispatcher for `ncpus` CPUs with `default` as the bottom scheduler.
+    pub fn new(ncpus: u16, default_name: &str, default: Box<dyn Policy>, cfg: HierarchyConfig) -> Self {
+        assert!(ncpus > 0 && ncpus <= crate::ids::MAX_CPUS, "1..=64 CPUs");
+        Dispatcher {
+            ncpus,
+            cfg,
+            scheds: vec![Slot {
+                id: SchedId(0),
+                name: default_name.to_string(),
+                usage: Usage::BestEffort,
+                policy: default,
+                decided: 0,
+                refused: 0,
+            }],
+            next_sched: 1,
+            tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize] },
+            effects: Vec::new(),
+            exclusive: Vec::new(),
+            stats: DispatchStats::default(),
+        }
+    }
+
+    pub fn ncpus(&self) -> u16 {
+        self.ncpus
+    }
+    pub fn stats(&self) -> DispatchStats {
+        self.stats
+    }
+    pub fn default_sched(&self) -> SchedId {
+        self.scheds.last().expect("the default scheduler is never removed").id
+    }
+    /// The registered schedulers, top-down.
+    pub fn schedulers(&self) -> Vec<SchedInfo> {
+        self.scheds
+            .iter()
+            .map(|s| SchedInfo {
+                id: s.id,
+                name: s.name.clone(),
+                kind: s.policy.kind().to_string(),
+                usage: s.usage,
+                decided: s.decided,
+                refused: s.refused,
+            })
+            .collect()
+    }
+    pub fn lookup(&self, name: &str) -> Option<SchedId> {
+        self.scheds.iter().find(|s| s.name == name).map(|s| s.id)
+    }
+    pub fn sched_name(&self, id: SchedId) -> Option<&str> {
+        self.scheds.iter().find(|s| s.id == id).map(|s| s.name.as_str())
+    }
+    pub fn task_count(&self) -> usize {
+        self.tasks.recs.len()
+    }
+    pub fn state(&self, task: TaskId) -> TaskState {
+        self.tasks.state(task)
+    }
+    pub fn owner(&self, task: TaskId) -> Option<SchedId> {
+        self.tasks.owner(task)
+    }
+    pub fn is_guest(&self, task: TaskId) -> bool {
+        self.tasks.recs.get(task.0 as usize).is_some_and(|r| r.guest)
+    }
+    pub fn running(&self, cpu: CpuId) -> Option<TaskId> {
+        self.tasks.running_on(cpu)
+    }
+    pub fn params(&self, task: TaskId) -> Option<&TaskParams> {
+        self.tasks.recs.get(task.0 as usize).map(|r| &r.params)
+    }
+    /// Moves the effects policies asked for into `out` (which is cleared first).
+    pub fn drain_effects(&mut self, out: &mut Vec<Effect>) {
+        out.clear();
+        std::mem::swap(out, &mut self.effects);
+    }
+
+    fn index_of(&self, id: SchedId) -> Option<usize> {
+        self.scheds.iter().position(|s| s.id == id)
+    }
+
+    fn call<R>(&mut self, idx: usize, now: Ns, f: impl FnOnce(&mut dyn Policy, &mut Ctx<'_>) -> R) -> R {
+        let slot = &mut self.scheds[idx];
+        let mut ctx = Ctx::new(now, self.ncpus, slot.id, &mut self.effects, &mut self.exclusive, &self.tasks);
+        let r = f(slot.policy.as_mut(), &mut ctx);
+        r
+    }
+
+    /// Calls `f` on the task's owner and, if it is a guest there, on the default scheduler.
+    fn notify(&mut self, task: TaskId, now: Ns, f: impl Fn(&mut dyn Policy, &mut Ctx<'_>)) {
+        let rec = &self.tasks.recs[task.0 as usize];
+        let (owner, guest) = (rec.owner, rec.guest);
+        if let Some(idx) = self.index_of(owner) {
+            self.call(idx, now, &f);
+        }
+        if guest {
+            let last = self.scheds.len() - 1;
+            self.call(last, now, &f);
+        }
+    }
+
+    fn attach_info(&self, task: TaskId, guest: bool) -> (TaskState, CpuSet, Option<TaskId>, TaskParams, bool) {
+        let r = &self.tasks.recs[task.0 as usize];
+        (r.state, r.affinity, r.parent, r.params.clone(), guest)
+    }
+
+    fn attach(&mut self, idx: usize, task: TaskId, now: Ns, guest: bool) -> Result<(), String> {
+        let (state, affinity, parent, params, guest) = self.attach_info(task, guest);
+        self.call(idx, now, |p, ctx| {
+            p.on_attach(ctx, task, &AttachInfo { state, params: &params, affinity, parent, guest })
+        })
+    }
+
+    fn alive(&self, task: TaskId) -> bool {
+        self.tasks.recs.get(task.0 as usize).is_some_and(|r| r.state != TaskState::Dead)
+    }
+
+    fn resched_idle_cpus(&mut self) {
+        for c in 0..self.ncpus {
+            if self.tasks.cpus[c as usize].is_none() {
+                self.effects.push(Effect::Resched(CpuId(c)));
+            }
+        }
+    }
+
+    /// Applies `Ctx::set_exclusive` requests made during the last callbacks.
+    fn apply_exclusive(&mut self, now: Ns) {
+        while !self.exclusive.is_empty() {
+            let batch = std::mem::take(&mut self.exclusive);
+            let last = self.scheds.len() - 1;
+            for (task, exclusive) in batch {
+                if !self.alive(task) || self.tasks.recs[task.0 as usize].owner == self.scheds[last].id {
+                    continue;
+                }
+                let rec = &self.tasks.recs[task.0 as usize];
+                if exclusive && rec.guest {
+                    self.call(last, now, |p, ctx| p.on_detach(ctx, task, Detach::Released));
+                    self.tasks.recs[task.0 as usize].guest = false;
+                    if let TaskState::Running(cpu) = self.tasks.recs[task.0 as usize].state {
+                        self.effects.push(Effect::Resched(cpu));
+                    }
+                } else if !exclusive && !rec.guest && self.attach(last, task, now, true).is_ok() {
+                    self.tasks.recs[task.0 as usize].guest = true;
+                }
+            }
+        }
+    }
+
+    // ----- the hierarchy -----
+
+    /// RegisterScheduler (paper 000 §4) with the §8 conflict check.
+    pub fn register(
+        &mut self,
+        name: &str,
+        policy: Box<dyn Policy>,
+        usage: Usage,
+        pos: Position,
+    ) -> Result<SchedId, RegisterError> {
+        if self.lookup(name).is_some() {
+            return Err(RegisterError::DuplicateName(name.to_string()));
+        }
+        let at = match pos {
+            Position::Top => 0,
+            Position::Above(id) => self.index_of(id).ok_or(RegisterError::NoSuchScheduler(id))?,
+            Position::Below(id) => {
+                let i = self.index_of(id).ok_or(RegisterError::NoSuchScheduler(id))?;
+                if i == self.scheds.len() - 1 {
+                    return Err(RegisterError::DefaultScheduler);
+                }
+                i + 1
+            }
+        };
+        let existing: Vec<(&str, Usage)> =
+            self.scheds[..self.scheds.len() - 1].iter().map(|s| (s.name.as_str(), s.usage)).collect();
+        check_conflict(&existing, usage, at, self.ncpus, &self.cfg)
+            .map_err(|reason| RegisterError::Conflict { name: name.to_string(), reason })?;
+        let id = SchedId(self.next_sched);
+        self.next_sched += 1;
+        self.scheds.insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0 });
+        Ok(id)
+    }
+
+    /// UnregisterScheduler: its tasks return to the default scheduler. Returns them.
+    pub fn unregister(&mut self, now: Ns, id: SchedId) -> Result<Vec<TaskId>, RegisterError> {
+        let idx = self.index_of(id).ok_or(RegisterError::NoSuchScheduler(id))?;
+        if idx == self.scheds.len() - 1 {
+            return Err(RegisterError::DefaultScheduler);
+        }
+        let moved: Vec<TaskId> = (0..self.tasks.recs.len() as u32)
+            .map(TaskId)
+            .filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id)
+            .collect();
+        for &t in &moved {
+            self.call(idx, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
+        }
+        self.scheds.remove(idx);
+        // Requests the departing scheduler made about its tasks no longer apply.
+        self.exclusive.retain(|(t, _)| !moved.contains(t));
+        let default = self.scheds.len() - 1;
+        let default_id = self.scheds[default].id;
+        for &t in &moved {
+            if self.tasks.recs[t.0 as usize].guest {
+                self.call(default, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
+            }
+            let rec = &mut self.tasks.recs[t.0 as usize];
+            rec.owner = default_id;
+            rec.guest = false;
+            // The default scheduler must take every task; a refusal here is a policy bug
+            // and the task stays owned by it regardless, so it is never lost.
+            let _ = self.attach(default, t, now, false);
+            if let TaskState::Running(cpu) = self.tasks.recs[t.0 as usize].state {
+                self.effects.push(Effect::Resched(cpu));
+            }
+        }
+        self.resched_idle_cpus();
+        self.apply_exclusive(now);
+        Ok(moved)
+    }
+
+    // ----- tasks -----
+
+    /// A new task, owned by the default scheduler (Vassal §3, "Thread Creation").
+    pub fn add_task(
+        &mut self,
+        now: Ns,
+        params: TaskParams,
+        affinity: CpuSet,
+        parent: Option<TaskId>,
+        runnable: bool,
+    ) -> TaskId {
+        let task = TaskId(self.tasks.recs.len() as u32);
+        let affinity = CpuSet(affinity.0 & CpuSet::first(self.ncpus).0);
+        self.tasks.recs.push(TaskRec {
+            state: if runnable { TaskState::Runnable } else { TaskState::Blocked },
+            owner: self.default_sched(),
+            guest: false,
+            affinity: if affinity.is_empty() { CpuSet::first(self.ncpus) } else { affinity },
+            last_cpu: None,
+            params,
+            parent,
+        });
+        let default = self.scheds.len() - 1;
+        let _ = self.attach(default, task, now, false);
+        if runnable {
+            self.kick_idle_cpu(task);
+        }
+        self.apply_exclusive(now);
+        task
+    }
+
+    /// The task exited. Returns the CPU it was running on, which needs a decision.
+    pub fn remove_task(&mut self, now: Ns, task: TaskId) -> Option<CpuId> {
+        if !self.alive(task) {
+            return None;
+        }
+        let cpu = self.stop_running(task);
+        self.notify(task, now, |p, ctx| p.on_detach(ctx, task, Detach::Exit));
+        let rec = &mut self.tasks.recs[task.0 as usize];
+        rec.state = TaskState::Dead;
+        rec.guest = false;
+        self.apply_exclusive(now);
+        cpu
+    }
+
+    fn stop_running(&mut self, task: TaskId) -> Option<CpuId> {
+        let rec = &mut self.tasks.recs[task.0 as usize];
+        if let TaskState::Running(cpu) = rec.state {
+            rec.state = TaskState::Runnable;
+            self.tasks.cpus[cpu.0 as usize] = None;
+            Some(cpu)
+        } else {
+            None
+        }
+    }
+
+    /// Asks one idle CPU the task may use (its last one first) to make a decision.
+    fn kick_idle_cpu(&mut self, task: TaskId) {
+        let rec = &self.tasks.recs[task.0 as usize];
+        let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && rec.affinity.contains(c);
+        let cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
+        if let Some(cpu) = cpu {
+            self.effects.push(Effect::Resched(cpu));
+        }
+    }
+
+    /// A blocked task became runnable. Returns false (and changes nothing) if it was not blocked.
+    pub fn wake(&mut self, now: Ns, task: TaskId, wake: Wake) -> bool {
+        if self.tasks.state(task) != TaskState::Blocked {
+            return false;
+        }
+        self.tasks.recs[task.0 as usize].state = TaskState::Runnable;
+        self.notify(task, now, |p, ctx| p.on_wake(ctx, task, wake));
+        self.kick_idle_cpu(task);
+        self.apply_exclusive(now);
+        true
+    }
+
+    /// A task stopped being runnable. Returns the CPU it was running on, which now needs a
+    /// decision (the mechanism calls `schedule` or `hand_off` for it).
+    pub fn block(&mut self, now: Ns, task: TaskId, block: Block) -> Option<CpuId> {
+        if !self.tasks.state(task).is_runnable() {
+            return None;
+        }
+        let cpu = self.stop_running(task);
+        self.tasks.recs[task.0 as usize].state = TaskState::Blocked;
+        self.notify(task, now, |p, ctx| p.on_block(ctx, task, block));
+        self.apply_exclusive(now);
+        cpu
+    }
+
+    /// Accounting: `task` ran `ran` ns on `cpu`.
+    pub fn account(&mut self, now: Ns, task: TaskId, cpu: CpuId, ran: Ns) {
+        if self.alive(task) {
+            self.notify(task, now, |p, ctx| p.on_run(ctx, task, cpu, ran));
+            self.apply_exclusive(now);
+        }
+    }
+
+    /// A clock tick on `cpu`, delivered to every scheduler top-down.
+    pub fn tick(&mut self, now: Ns, cpu: CpuId) {
+        for idx in 0..self.scheds.len() {
+            self.call(idx, now, |p, ctx| p.on_tick(ctx, cpu));
+        }
+        self.apply_exclusive(now);
+    }
+
+    /// A scheduler event fired. Events of schedulers no longer registered are dropped
+    /// (returns false).
+    pub fn fire_event(&mut self, now: Ns, sched: SchedId, token: u64) -> bool {
+        let Some(idx) = self.index_of(sched) else { return false };
+        self.call(idx, now, |p, ctx| p.on_event(ctx, token));
+        self.resched_idle_cpus();
+        self.apply_exclusive(now);
+        true
+    }
+
+    /// MessageToScheduler (paper 000 §4): a request about `task` from `from` to `sched`.
+    /// Join and Leave move the task (only the task itself or root may); anything else
+    /// goes to the scheduler's `on_message`.
+    pub fn message(&mut self, now: Ns, sched: SchedId, from: Sender, task: TaskId, req: &Request) -> Reply {
+        let Some(idx) = self.index_of(sched) else {
+            return Reply::refused(format!("no scheduler {sched}"));
+        };
+        if !self.alive(task) {
+            return Reply::refused(format!("no live task {task}"));
+        }
+        let reply = match req {
+            Request::Join | Request::Leave => {
+                if from.task != Some(task) && !from.is_root() {
+                    return Reply::refused(format!("only {task} itself or root may move it"));
+                }
+                let target = if matches!(req, Request::Join) { idx } else { self.scheds.len() - 1 };
+                self.move_task(now, task, target)
+            }
+            _ => self.call(idx, now, |p, ctx| p.on_message(ctx, from, task, req)),
+        };
+        self.resched_idle_cpus();
+        self.apply_exclusive(now);
+        reply
+    }
+
+    fn move_task(&mut self, now: Ns, task: TaskId, target: usize) -> Reply {
+        let target_id = self.scheds[target].id;
+        let old = self.tasks.recs[task.0 as usize].owner;
+        if old == target_id {
+            return Reply::Ok;
+        }
+        let default = self.scheds.len() - 1;
+        let was_guest = self.tasks.recs[task.0 as usize].guest;
+        if target == default && was_guest {
+            // Joining the default: it already holds the task as a guest; re-attach as owner.
+            self.call(default, now, |p, ctx| p.on_detach(ctx, task, Detach::Released));
+            self.tasks.recs[task.0 as usize].guest = false;
+        }
+        if let Err(why) = self.attach(target, task, now, false) {
+            if target == default && was_guest {
+                let _ = self.attach(default, task, now, true);
+                self.tasks.recs[task.0 as usize].guest = true;
+            }
+            return Reply::Refused(why);
+        }
+        let old_idx = self.index_of(old).expect("owner is registered");
+        self.call(old_idx, now, |p, ctx| p.on_detach(ctx, task, Detach::Moved));
+        self.tasks.recs[task.0 as usize].owner = target_id;
+        if target != default {
+            // Non-exclusive to start with: the default scheduler hosts it as a guest.
+            let guest = was_guest || self.attach(default, task, now, true).is_ok();
+            self.tasks.recs[task.0 as usize].guest = guest;
+        }
+        if let TaskState::Running(cpu) = self.tasks.recs[task.0 as usize].state {
+            self.effects.push(Effect::Resched(cpu));
+        }
+        Reply::Ok
+    }
+
+    // ----- decisions -----
+
+    fn validate(&self, idx: usize, cpu: CpuId, d: Decision) -> Result<(), Refusal> {
+        let rec = self.tasks.recs.get(d.task.0 as usize).ok_or(Refusal::NoSuchTask)?;
+        if rec.state == TaskState::Dead {
+            return Err(Refusal::NoSuchTask);
+        }
+        let is_default = idx == self.scheds.len() - 1;
+        if rec.owner != self.scheds[idx].id && !(is_default && rec.guest) {
+            return Err(Refusal::NotYours);
+        }
+        match rec.state {
+            TaskState::Blocked | TaskState::Dead => return Err(Refusal::NotRunnable),
+            TaskState::Running(c) => return Err(Refusal::RunningElsewhere(c)),
+            TaskState::Runnable => {}
+        }
+        if !rec.affinity.contains(cpu) {
+            return Err(Refusal::NotAllowed);
+        }
+        if d.slice == Some(0) {
+            return Err(Refusal::ZeroSlice);
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, now: Ns, cpu: CpuId, task: TaskId) -> bool {
+        let rec = &mut self.tasks.recs[task.0 as usize];
+        let migrated = rec.last_cpu.is_some_and(|c| c != cpu);
+        rec.state = TaskState::Running(cpu);
+        rec.last_cpu = Some(cpu);
+        self.tasks.cpus[cpu.0 as usize] = Some(task);
+        self.notify(task, now, |p, ctx| p.on_dispatch(ctx, task, cpu));
+        migrated
+    }
+
+    /// A decision point on `cpu`: the running task (if any) is preempted for `why` and the
+    /// schedulers are queried top-down until one gives a valid decision. `None`: idle.
+    pub fn schedule(&mut self, now: Ns, cpu: CpuId, why: Preempt) -> Option<Dispatched> {
+        self.stats.decisions += 1;
+        let prev = self.tasks.cpus[cpu.0 as usize];
+        if let Some(t) = prev {
+            self.stop_running(t);
+            self.notify(t, now, |p, ctx| p.on_preempt(ctx, t, cpu, why));
+        }
+        let mut result = None;
+        for idx in 0..self.scheds.len() {
+            self.stats.picks += 1;
+            let Some(d) = self.call(idx, now, |p, ctx| p.pick(ctx, cpu)) else { continue };
+            match self.validate(idx, cpu, d) {
+                Ok(()) => {
+                    self.scheds[idx].decided += 1;
+                    let by = self.scheds[idx].id;
+                    let migrated = self.start(now, cpu, d.task);
+                    result = Some(Dispatched { task: d.task, slice: d.slice, by, prev, migrated });
+                    break;
+                }
+                Err(why) => {
+                    self.stats.refused += 1;
+                    self.scheds[idx].refused += 1;
+                    self.call(idx, now, |p, ctx| p.on_refused(ctx, cpu, d, why));
+                }
+            }
+        }
+        if result.is_none() {
+            self.stats.idle += 1;
+        }
+        self.apply_exclusive(now);
+        result
+    }
+
+    /// Go!'s `block(hand_off)`: a directed yield. `cpu` must be idle (its task just
+    /// blocked); `target` runs there if it is runnable, not running and allowed. The
+    /// owner is told with `on_dispatch`; no scheduler is queried.
+    pub fn hand_off(&mut self, now: Ns, cpu: CpuId, target: TaskId) -> Result<Dispatched, Refusal> {
+        let rec = self.tasks.recs.get(target.0 as usize).ok_or(Refusal::NoSuchTask)?;
+        match rec.state {
+            TaskState::Dead => return Err(Refusal::NoSuchTask),
+            TaskState::Blocked => return Err(Refusal::NotRunnable),
+            TaskState::Running(c) => return Err(Refusal::RunningElsewhere(c)),
+            TaskState::Runnable => {}
+        }
+        if !rec.affinity.contains(cpu) {
+            return Err(Refusal::NotAllowed);
+        }
+        if self.tasks.cpus[cpu.0 as usize].is_some() {
+            return Err(Refusal::RunningElsewhere(cpu));
+        }
+        let by = rec.owner;
+        self.stats.hand_offs += 1;
+        let migrated = self.start(now, cpu, target);
+        self.apply_exclusive(now);
+        Ok(Dispatched { task: target, slice: None, by, prev: None, migrated })
+    }
+
+    /// Checks the dispatcher's invariants; for tests and the simulator's debug checks.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (c, t) in self.tasks.cpus.iter().enumerate() {
+            if let Some(t) = t {
+                let st = self.tasks.state(*t);
+                if st != TaskState::Running(CpuId(c as u16)) {
+                    return Err(format!("cpu{c} runs {t} whose state is {st:?}"));
+                }
+            }
+        }
+        let ids: Vec<SchedId> = self.scheds.iter().map(|s| s.id).collect();
+        for (i, r) in self.tasks.recs.iter().enumerate() {
+            if r.state == TaskState::Dead {
+                continue;
+            }
+            if !ids.contains(&r.owner) {
+                return Err(format!("task{i} is owned by unregistered {}", r.owner));
+            }
+            if r.guest && r.owner == self.default_sched() {
+                return Err(format!("task{i} is a guest of its own owner"));
+            }
+            if let TaskState::Running(c) = r.state {
+                if self.tasks.cpus[c.0 as usize] != Some(TaskId(i as u32)) {
+                    return Err(format!("task{i} thinks it runs on {c}, which runs {:?}", self.tasks.cpus[c.0 as usize]));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,21 @@
+//! vassal-core: the policy interface and the Vassal dispatcher hierarchy.
+//!
+//! No I/O and no clock: a policy ([`Policy`]) is a state machine told what happened and
+//! asked which task runs next; the [`Dispatcher`] keeps the hierarchy of registered
+//! schedulers (paper 000, Vassal) and validates every decision. The simulator and the
+//! Linux agent are two mechanisms driving the same dispatcher.
+
+pub mod hierarchy;
+pub mod ids;
+pub mod policy;
+pub mod time;
+pub mod usage;
+
+pub use hierarchy::{Dispatched, DispatchStats, Dispatcher, Position, RegisterError, SchedInfo};
+pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
+pub use policy::{
+    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply,
+    Request, Sender, TaskParams, TaskState, TaskView, Wake,
+};
+pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};
+pub use usage::{check_conflict, HierarchyConfig, Usage, CPU_PPM};

@@ -1,0 +1,349 @@
+//! The policy interface: what a scheduler is told, and the one question it answers.
+//!
+//! A policy is a state machine (ARCHITECTURE.md, "the one idea"). The mechanism — the
+//! simulator or the Linux agent — tells it what happened through the `on_*` callbacks
+//! and asks it [`Policy::pick`]: "which task should run on this CPU next, and for how
+//! long?" It may answer "no opinion" (`None`), and the dispatcher asks the next scheduler
+//! down the hierarchy (Vassal, paper 000 §3–4: the decision_maker returns a thread or
+//! NULL). Every callback but `pick` is optional, as in sched_ext.
+//!
+//! Who calls what, and when (all calls come from the [`crate::Dispatcher`]):
+//! - `on_attach` / `on_detach`: a task joined / left this scheduler (or exited). A task
+//!   is owned by exactly one scheduler. The default (bottom) scheduler may also hold a
+//!   task as a *guest* (see [`AttachInfo::guest`]).
+//! - `on_wake`: a blocked task became runnable. `on_block`: a task stopped being runnable.
+//! - `on_dispatch`: the task now runs on `cpu` (it was picked, or handed off to).
+//! - `on_preempt`: the task stopped running on `cpu` but is still runnable (slice over,
+//!   reschedule, yield). It is always called *before* `pick` for that CPU, like Linux's
+//!   put_prev_task, so the policy can requeue the task and may pick it again.
+//! - `on_run`: accounting — the task ran `ran` ns on `cpu` (called before `on_preempt`/
+//!   `on_block`, and whenever the mechanism settles accounts).
+//! - `on_tick`: a clock tick on `cpu` (both clock models deliver ticks when HZ > 0).
+//! - `on_event`: a scheduler event this policy armed with [`Ctx::set_event`] fired
+//!   (Vassal's SetSchedulerEvent). The dispatcher then offers idle CPUs a decision.
+//! - `on_message`: a task sent this scheduler a request (Vassal's MessageToScheduler).
+//! - `on_refused`: the dispatcher refused a decision (see [`Refusal`]); the task did not run.
+//!
+//! A policy never reads a clock ([`Ctx::now`] is the time it is told), never blocks and
+//! makes no syscall. Time is integer nanoseconds; decisions use no floating point.
+
+use std::collections::BTreeMap;
+
+use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
+use crate::time::Ns;
+
+/// The answer to `pick`: run `task` on this CPU; ask again after `slice` ns at the latest
+/// (`None`: until it blocks, yields, or a reschedule is requested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub task: TaskId,
+    pub slice: Option<Ns>,
+}
+
+impl Decision {
+    pub fn run(task: TaskId, slice: Ns) -> Self {
+        Decision { task, slice: Some(slice) }
+    }
+    pub fn run_until_block(task: TaskId) -> Self {
+        Decision { task, slice: None }
+    }
+}
+
+/// Why the dispatcher refused a decision. The policy is told through `on_refused`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such task, or it has exited.
+    NoSuchTask,
+    /// The task belongs to another scheduler (and this one is not its default-scheduler host).
+    NotYours,
+    /// The task is blocked.
+    NotRunnable,
+    /// The task is running on another CPU.
+    RunningElsewhere(CpuId),
+    /// The task's affinity does not include this CPU.
+    NotAllowed,
+    /// A slice of zero length.
+    ZeroSlice,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NoSuchTask => write!(f, "no such task"),
+            Refusal::NotYours => write!(f, "task belongs to another scheduler"),
+            Refusal::NotRunnable => write!(f, "task is not runnable"),
+            Refusal::RunningElsewhere(c) => write!(f, "task is already running on {c}"),
+            Refusal::NotAllowed => write!(f, "task may not run on this CPU"),
+            Refusal::ZeroSlice => write!(f, "slice of zero length"),
+        }
+    }
+}
+
+/// How a blocked task became runnable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wake {
+    /// Its sleep was voluntary (it waited for I/O, a timer, input). False for an
+    /// involuntary block such as a page fault (BVT §2.2 treats the two differently).
+    pub voluntary: bool,
+    /// Woken by an interrupt on this vector (Go! §4: an interrupt handler thread).
+    pub interrupt: Option<u32>,
+    /// The wake-up is flagged for low-latency dispatch (BVT's SA_BVT_WARP analogue).
+    pub warp: bool,
+}
+
+/// How a task stopped being runnable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    /// Voluntary sleep (I/O, timer, input) versus an involuntary block (page fault).
+    pub voluntary: bool,
+}
+
+/// Why a running task stopped running while still runnable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preempt {
+    /// The slice the policy gave it ran out.
+    SliceExpired,
+    /// A scheduler asked for a new decision on this CPU ([`Ctx::resched`]), or the
+    /// hierarchy changed.
+    Resched,
+    /// The task yielded the CPU.
+    Yield,
+}
+
+/// Why a task left a scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detach {
+    /// The task exited.
+    Exit,
+    /// The task joined another scheduler or left this one.
+    Moved,
+    /// This scheduler is being unregistered (its tasks return to the default scheduler),
+    /// or the task became exclusive to its owner (a guest leaves the default scheduler).
+    Released,
+}
+
+/// The state of a task as the dispatcher sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    Runnable,
+    Running(CpuId),
+    Blocked,
+    Dead,
+}
+
+impl TaskState {
+    pub fn is_runnable(self) -> bool {
+        matches!(self, TaskState::Runnable | TaskState::Running(_))
+    }
+}
+
+/// Per-task scheduling parameters, by name (e.g. "priority", "weight", "quantum" in ns,
+/// "warp"). Policies read the ones they know; the scenario or client supplies them.
+pub type TaskParams = BTreeMap<String, i64>;
+
+/// What a policy learns about a task when it is attached.
+#[derive(Clone, Debug)]
+pub struct AttachInfo<'a> {
+    pub state: TaskState,
+    pub params: &'a TaskParams,
+    pub affinity: CpuSet,
+    /// The task that created this one, for "a new task inherits its parent's parameters".
+    pub parent: Option<TaskId>,
+    /// True when the default scheduler is given a task owned by a higher scheduler that
+    /// has not marked it exclusive: the default may run it when its owner has no
+    /// opinion (Vassal §3: "a thread not selected by the sample scheduler can typically
+    /// still be selected by the default scheduler").
+    pub guest: bool,
+}
+
+/// Who sent a message: for ownership checks (only a reservation's owner or root, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sender {
+    pub task: Option<TaskId>,
+    pub uid: u32,
+}
+
+impl Sender {
+    pub const ROOT: Sender = Sender { task: None, uid: 0 };
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// A typed request to a scheduler (Vassal's MessageToScheduler buffer).
+/// `Join` and `Leave` are handled by the dispatcher (it moves the task and the new
+/// owner's `on_attach` may refuse); the rest go to the named scheduler's `on_message`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// Move the sending task (or `task`) to this scheduler.
+    Join,
+    /// Return the task to the default scheduler.
+    Leave,
+    /// Vassal sample real-time scheduler: run me `delay` ns from now (paper 000 §5).
+    Set { delay: Ns },
+    /// Turn warp on or off (BVT §2.2).
+    Warp { on: bool },
+    /// Set one of the task's named parameters.
+    Param { name: String, value: i64 },
+}
+
+/// A scheduler's answer to a request. A refusal is immediate, with a reason (Vassal §5:
+/// a request that cannot be met is refused at once, not discovered after the deadline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Ok,
+    Value(i64),
+    Refused(String),
+}
+
+impl Reply {
+    pub fn refused(why: impl Into<String>) -> Reply {
+        Reply::Refused(why.into())
+    }
+    pub fn is_ok(&self) -> bool {
+        !matches!(self, Reply::Refused(_))
+    }
+}
+
+/// Something a policy asked the mechanism to do, carried out after the callback returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Call `on_event(token)` of `sched` at time `at` (Vassal's SetSchedulerEvent). A new
+    /// event with the same token replaces the old one.
+    SetEvent { sched: SchedId, token: u64, at: Ns },
+    /// Cancel the event with this token (CancelSchedulerEvent).
+    CancelEvent { sched: SchedId, token: u64 },
+    /// Make a new decision on this CPU now (preemption).
+    Resched(CpuId),
+}
+
+/// An error a policy can get back from the mechanism.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CtxError {
+    #[error("event time {at} ns is in the past (now {now} ns)")]
+    EventInPast { at: Ns, now: Ns },
+    #[error("no such CPU {0}")]
+    NoSuchCpu(CpuId),
+    #[error("{0} is not owned by this scheduler")]
+    NotYours(TaskId),
+}
+
+/// What a policy may see and do during a callback.
+pub struct Ctx<'a> {
+    pub(crate) now: Ns,
+    pub(crate) ncpus: u16,
+    pub(crate) sched: SchedId,
+    pub(crate) effects: &'a mut Vec<Effect>,
+    pub(crate) exclusive: &'a mut Vec<(TaskId, bool)>,
+    pub(crate) view: &'a dyn TaskView,
+}
+
+/// Read-only facts about tasks that a policy may consult.
+pub trait TaskView {
+    fn state(&self, task: TaskId) -> TaskState;
+    fn affinity(&self, task: TaskId) -> CpuSet;
+    fn owner(&self, task: TaskId) -> Option<SchedId>;
+    fn last_cpu(&self, task: TaskId) -> Option<CpuId>;
+    fn running_on(&self, cpu: CpuId) -> Option<TaskId>;
+}
+
+impl<'a> Ctx<'a> {
+    /// Builds a context over caller-owned buffers: for mechanisms that drive a policy
+    /// directly (tests, benchmarks, loaded-module hosts).
+    pub fn new(
+        now: Ns,
+        ncpus: u16,
+        sched: SchedId,
+        effects: &'a mut Vec<Effect>,
+        exclusive: &'a mut Vec<(TaskId, bool)>,
+        view: &'a dyn TaskView,
+    ) -> Self {
+        Ctx { now, ncpus, sched, effects, exclusive, view }
+    }
+    /// The current time, as told by the mechanism.
+    pub fn now(&self) -> Ns {
+        self.now
+    }
+    pub fn ncpus(&self) -> u16 {
+        self.ncpus
+    }
+    pub fn cpus(&self) -> impl Iterator<Item = CpuId> {
+        (0..self.ncpus).map(CpuId)
+    }
+    /// This scheduler's id.
+    pub fn sched(&self) -> SchedId {
+        self.sched
+    }
+    /// Arms a scheduler event: `on_event(token)` is called at `at` (>= now). Re-arming a
+    /// token moves it. Scheduling an event in the past is an error, never a silent clamp.
+    pub fn set_event(&mut self, at: Ns, token: u64) -> Result<(), CtxError> {
+        if at < self.now {
+            return Err(CtxError::EventInPast { at, now: self.now });
+        }
+        self.effects.push(Effect::SetEvent { sched: self.sched, token, at });
+        Ok(())
+    }
+    pub fn cancel_event(&mut self, token: u64) {
+        self.effects.push(Effect::CancelEvent { sched: self.sched, token });
+    }
+    /// Asks for a new decision on `cpu` (e.g. a better task woke up).
+    pub fn resched(&mut self, cpu: CpuId) -> Result<(), CtxError> {
+        if cpu.0 >= self.ncpus {
+            return Err(CtxError::NoSuchCpu(cpu));
+        }
+        self.effects.push(Effect::Resched(cpu));
+        Ok(())
+    }
+    /// Marks a task this scheduler owns as exclusively its own (no lower scheduler may
+    /// run it), or releases it to be run by the default scheduler when this one has no
+    /// opinion. Tasks start non-exclusive.
+    pub fn set_exclusive(&mut self, task: TaskId, exclusive: bool) -> Result<(), CtxError> {
+        if self.view.owner(task) != Some(self.sched) {
+            return Err(CtxError::NotYours(task));
+        }
+        self.exclusive.push((task, exclusive));
+        Ok(())
+    }
+    pub fn state(&self, task: TaskId) -> TaskState {
+        self.view.state(task)
+    }
+    pub fn allowed(&self, task: TaskId, cpu: CpuId) -> bool {
+        self.view.affinity(task).contains(cpu)
+    }
+    pub fn affinity(&self, task: TaskId) -> CpuSet {
+        self.view.affinity(task)
+    }
+    pub fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
+        self.view.last_cpu(task)
+    }
+    /// The task running on `cpu`, whoever owns it.
+    pub fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
+        self.view.running_on(cpu)
+    }
+}
+
+/// A scheduling policy. See the module documentation for who calls what.
+pub trait Policy: Send {
+    /// The policy's kind, e.g. "rr", "fps", "bvt".
+    fn kind(&self) -> &str;
+
+    /// A task joined this scheduler. Refusing (admission control) leaves it where it was.
+    fn on_attach(&mut self, _ctx: &mut Ctx, _task: TaskId, _info: &AttachInfo) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_detach(&mut self, _ctx: &mut Ctx, _task: TaskId, _why: Detach) {}
+    fn on_wake(&mut self, _ctx: &mut Ctx, _task: TaskId, _wake: Wake) {}
+    fn on_block(&mut self, _ctx: &mut Ctx, _task: TaskId, _block: Block) {}
+    fn on_dispatch(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId) {}
+    fn on_preempt(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId, _why: Preempt) {}
+    fn on_run(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId, _ran: Ns) {}
+    fn on_tick(&mut self, _ctx: &mut Ctx, _cpu: CpuId) {}
+    fn on_event(&mut self, _ctx: &mut Ctx, _token: u64) {}
+    fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, _task: TaskId, req: &Request) -> Reply {
+        Reply::refused(format!("{} does not understand {req:?}", self.kind()))
+    }
+    /// Which task should run on `cpu` next, and for how long — or `None`, no opinion.
+    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision>;
+    fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, _decision: Decision, _why: Refusal) {}
+}

@@ -1,0 +1,157 @@
+//! The validated scenario: what the simulator runs. `scenario.rs` builds it from TOML
+//! (with file/line errors); tests and benchmarks may also build it directly.
+
+use std::collections::BTreeMap;
+
+use vassal_core::{CpuSet, Ns, TaskParams, Usage};
+
+/// A random (or constant) duration. Sampled with the task's own seeded RNG.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dist {
+    Const(Ns),
+    /// Uniform in [lo, hi].
+    Uniform(Ns, Ns),
+    /// Exponential with this mean.
+    Exp(Ns),
+    /// Normal(mean, sd), clipped at 0.
+    Normal(Ns, Ns),
+}
+
+/// How the machine's clock delivers timers (paper 000 §2 and BVT footnote 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockMode {
+    /// A periodic tick at HZ: slice expiries, scheduler events and timer waits happen
+    /// only at tick boundaries (like NT's HAL).
+    Tick,
+    /// One-shot precise timers.
+    OneShot,
+}
+
+/// Unscheduled time (interrupts, DPCs): on each CPU, gaps drawn from `interval`, each
+/// stealing `duration` from whatever runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unscheduled {
+    pub interval: Dist,
+    pub duration: Dist,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Machine {
+    pub cpus: u16,
+    pub clock: ClockMode,
+    /// Ticks per second; 0 = no ticks (only with one-shot timers).
+    pub hz: u32,
+    pub switch_cost: Ns,
+    pub migration_cost: Ns,
+    pub unscheduled: Option<Unscheduled>,
+    /// Least share left to best-effort work (None: the hierarchy's default).
+    pub min_best_effort_ppm: Option<u64>,
+}
+
+/// A policy by kind name with its parameters (interpreted by vassal-policies).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicySpec {
+    pub kind: String,
+    pub params: BTreeMap<String, vassal_policies::ParamValue>,
+}
+
+/// A scheduler in the hierarchy besides the default.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerSpec {
+    pub name: String,
+    pub policy: PolicySpec,
+    pub usage: Usage,
+    /// Registered at this time (0 = at start), on top of those registered before it
+    /// (schedulers listed earlier in the file sit higher when loaded at the same time).
+    pub load_at: Ns,
+    pub unload_at: Option<Ns>,
+}
+
+/// A message a scripted task sends to a scheduler.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SendSpec {
+    pub to: String,
+    pub request: vassal_core::Request,
+}
+
+/// One step of a scripted task.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Phase {
+    Run(Dist),
+    /// Voluntary sleep.
+    Sleep(Dist),
+    /// Involuntary block (e.g. a page fault) of this length.
+    Fault(Dist),
+    /// Sleep until the next expiry of a periodic timer with this period (first expiry one
+    /// period after the phase is first reached). Quantised to ticks under the tick clock.
+    Timer(Ns),
+    Yield,
+    Send(SendSpec),
+    Join(String),
+    Leave,
+    /// Go!'s block(hand_off): sleep for the duration and hand the CPU to the named task.
+    HandOff { to: String, sleep: Dist },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Behaviour {
+    /// Runs forever, or for `work` in all and then exits.
+    Cpu { work: Option<Ns> },
+    /// A job every `period` (first at `offset`), each needing `exec`, due `deadline` after
+    /// release. `jobs`: how many (None: forever). A job released while the previous one is
+    /// unfinished queues behind it.
+    Periodic { period: Ns, offset: Ns, exec: Dist, deadline: Ns, jobs: Option<u64> },
+    /// Bursts of CPU separated by think time (blocked, voluntary); response = burst
+    /// completion − burst start.
+    Interactive { burst: Dist, think: Dist },
+    /// Alternates running and sleeping.
+    Io { run: Dist, sleep: Dist, voluntary: bool },
+    /// Phases in order; `repeat` loops them, else the task exits after the last.
+    Script { phases: Vec<Phase>, repeat: bool },
+    /// An interrupt handler thread: blocked until an interrupt on `vector` is delivered,
+    /// then runs `work` per interrupt (Go! §4, BVT §2.3).
+    Handler { vector: u32, work: Dist },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskSpec {
+    pub name: String,
+    pub start: Ns,
+    /// Joins this scheduler at start (None: stays with the default).
+    pub scheduler: Option<String>,
+    pub affinity: CpuSet,
+    pub params: TaskParams,
+    /// Runs as this uid (for ownership checks in messages); 0 = root.
+    pub uid: u32,
+    pub behaviour: Behaviour,
+    /// At this time the task turns into an infinite loop (a runaway fault).
+    pub loop_at: Option<Ns>,
+}
+
+/// An interrupt source (Go!'s idisp): delivers to the handler task attached to `vector`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InterruptSpec {
+    pub vector: u32,
+    /// Gaps between interrupts.
+    pub every: Dist,
+    /// Start time of the first gap.
+    pub start: Ns,
+    /// Flag deliveries for low-latency dispatch (BVT's SA_BVT_WARP analogue).
+    pub warp: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub machine: Machine,
+    /// The default (bottom) scheduler.
+    pub default_name: String,
+    pub default_policy: PolicySpec,
+    /// Other schedulers, in file order.
+    pub schedulers: Vec<SchedulerSpec>,
+    pub tasks: Vec<TaskSpec>,
+    pub interrupts: Vec<InterruptSpec>,
+    /// Simulated horizon.
+    pub until: Ns,
+    pub seed: u64,
+}
