@@ -18,7 +18,10 @@
 //! Guests: a task owned by a higher scheduler that has not marked it exclusive is also
 //! attached to the default scheduler as a guest, which may run it when the owner has no
 //! opinion (Vassal §3, last paragraph). The guest host gets the same state notifications
-//! (wake, block, dispatch, preempt, run) as the owner.
+//! (wake, block, dispatch, preempt, run) as the owner. A `Ctx::set_exclusive` request
+//! applies only while the scheduler that made it still owns the task (an owner may make
+//! it in `on_attach`), takes effect before the next scheduler is asked, and reschedules
+//! the task's CPU only if the default is running it as a guest.
 //!
 //! The mechanism's duties: call `account` for the running task before `schedule`/`block`
 //! on its CPU; call `schedule` for every CPU returned by `block`/`remove_task` and for
@@ -116,6 +119,8 @@ struct TaskRec {
     last_cpu: Option<CpuId>,
     params: TaskParams,
     parent: Option<TaskId>,
+    /// While it runs: the scheduler whose decision (or hand-off, its owner) started it.
+    ran_by: Option<SchedId>,
 }
 
 struct Tasks {
@@ -150,7 +155,11 @@ pub struct Dispatcher {
     next_sched: u32,
     tasks: Tasks,
     effects: Vec<Effect>,
+    /// Where `Ctx::set_exclusive` records requests during one callback.
     exclusive: Vec<(TaskId, bool)>,
+    /// Requests made so far, each with the scheduler that made it: a request only
+    /// applies while its maker still owns the task (see `apply_exclusive`).
+    pending_exclusive: Vec<(SchedId, TaskId, bool)>,
     stats: DispatchStats,
 }
 
@@ -173,6 +182,7 @@ impl Dispatcher {
             tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize] },
             effects: Vec::new(),
             exclusive: Vec::new(),
+            pending_exclusive: Vec::new(),
             stats: DispatchStats::default(),
         }
     }
@@ -236,8 +246,11 @@ impl Dispatcher {
 
     fn call<R>(&mut self, idx: usize, now: Ns, f: impl FnOnce(&mut dyn Policy, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.scheds[idx];
-        let mut ctx = Ctx::new(now, self.ncpus, slot.id, &mut self.effects, &mut self.exclusive, &self.tasks);
+        let id = slot.id;
+        let mut ctx = Ctx::new(now, self.ncpus, id, &mut self.effects, &mut self.exclusive, &self.tasks);
         let r = f(slot.policy.as_mut(), &mut ctx);
+        // Remember who asked, so a request never applies on behalf of another scheduler.
+        self.pending_exclusive.extend(self.exclusive.drain(..).map(|(t, e)| (id, t, e)));
         r
     }
 
@@ -278,21 +291,34 @@ impl Dispatcher {
         }
     }
 
-    /// Applies `Ctx::set_exclusive` requests made during the last callbacks.
+    /// Applies `Ctx::set_exclusive` requests made during the last callbacks. A request
+    /// applies only if the scheduler that made it still owns the task (the task may have
+    /// moved, or its scheduler been unregistered, since), and never to the default's own
+    /// tasks (they are never guests).
     fn apply_exclusive(&mut self, now: Ns) {
-        while !self.exclusive.is_empty() {
-            let batch = std::mem::take(&mut self.exclusive);
+        while !self.pending_exclusive.is_empty() {
+            let batch = std::mem::take(&mut self.pending_exclusive);
             let last = self.scheds.len() - 1;
-            for (task, exclusive) in batch {
-                if !self.alive(task) || self.tasks.recs[task.0 as usize].owner == self.scheds[last].id {
+            let default_id = self.scheds[last].id;
+            for (by, task, exclusive) in batch {
+                if !self.alive(task) {
+                    continue;
+                }
+                let owner = self.tasks.recs[task.0 as usize].owner;
+                if owner != by || owner == default_id {
                     continue;
                 }
                 let rec = &self.tasks.recs[task.0 as usize];
                 if exclusive && rec.guest {
                     self.call(last, now, |p, ctx| p.on_detach(ctx, task, Detach::Released));
-                    self.tasks.recs[task.0 as usize].guest = false;
-                    if let TaskState::Running(cpu) = self.tasks.recs[task.0 as usize].state {
-                        self.effects.push(Effect::Resched(cpu));
+                    let rec = &mut self.tasks.recs[task.0 as usize];
+                    rec.guest = false;
+                    // Only a task the default is running as its guest must stop; one its
+                    // owner runs (or was handed off to) keeps running.
+                    if let TaskState::Running(cpu) = rec.state {
+                        if rec.ran_by == Some(default_id) {
+                            self.effects.push(Effect::Resched(cpu));
+                        }
                     }
                 } else if !exclusive && !rec.guest && self.attach(last, task, now, true).is_ok() {
                     self.tasks.recs[task.0 as usize].guest = true;
@@ -349,8 +375,8 @@ impl Dispatcher {
             self.call(idx, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
         }
         self.scheds.remove(idx);
-        // Requests the departing scheduler made about its tasks no longer apply.
-        self.exclusive.retain(|(t, _)| !moved.contains(t));
+        // Requests the departing scheduler made no longer apply.
+        self.pending_exclusive.retain(|&(by, _, _)| by != id);
         let default = self.scheds.len() - 1;
         let default_id = self.scheds[default].id;
         for &t in &moved {
@@ -393,6 +419,7 @@ impl Dispatcher {
             last_cpu: None,
             params,
             parent,
+            ran_by: None,
         });
         let default = self.scheds.len() - 1;
         let _ = self.attach(default, task, now, false);
@@ -421,6 +448,7 @@ impl Dispatcher {
         let rec = &mut self.tasks.recs[task.0 as usize];
         if let TaskState::Running(cpu) = rec.state {
             rec.state = TaskState::Runnable;
+            rec.ran_by = None;
             self.tasks.cpus[cpu.0 as usize] = None;
             Some(cpu)
         } else {
@@ -527,20 +555,32 @@ impl Dispatcher {
             self.call(default, now, |p, ctx| p.on_detach(ctx, task, Detach::Released));
             self.tasks.recs[task.0 as usize].guest = false;
         }
+        // The target is the owner while it is asked, so its `on_attach` may already use
+        // owner-only calls such as `Ctx::set_exclusive`; a refusal undoes it.
+        self.tasks.recs[task.0 as usize].owner = target_id;
         if let Err(why) = self.attach(target, task, now, false) {
+            self.tasks.recs[task.0 as usize].owner = old;
             if target == default && was_guest {
-                let _ = self.attach(default, task, now, true);
-                self.tasks.recs[task.0 as usize].guest = true;
+                let guest = self.attach(default, task, now, true).is_ok();
+                self.tasks.recs[task.0 as usize].guest = guest;
             }
             return Reply::Refused(why);
         }
         let old_idx = self.index_of(old).expect("owner is registered");
         self.call(old_idx, now, |p, ctx| p.on_detach(ctx, task, Detach::Moved));
-        self.tasks.recs[task.0 as usize].owner = target_id;
-        if target != default {
-            // Non-exclusive to start with: the default scheduler hosts it as a guest.
-            let guest = was_guest || self.attach(default, task, now, true).is_ok();
-            self.tasks.recs[task.0 as usize].guest = guest;
+        if target != default && !was_guest {
+            // Non-exclusive to start with: the default scheduler hosts it as a guest —
+            // unless the new owner marked it exclusive in `on_attach` (its last word on it).
+            let wants_exclusive = self
+                .pending_exclusive
+                .iter()
+                .rev()
+                .find(|&&(by, t, _)| by == target_id && t == task)
+                .is_some_and(|&(_, _, e)| e);
+            if !wants_exclusive {
+                let guest = self.attach(default, task, now, true).is_ok();
+                self.tasks.recs[task.0 as usize].guest = guest;
+            }
         }
         if let TaskState::Running(cpu) = self.tasks.recs[task.0 as usize].state {
             self.effects.push(Effect::Resched(cpu));
@@ -573,10 +613,11 @@ impl Dispatcher {
         Ok(())
     }
 
-    fn start(&mut self, now: Ns, cpu: CpuId, task: TaskId) -> bool {
+    fn start(&mut self, now: Ns, cpu: CpuId, task: TaskId, by: SchedId) -> bool {
         let rec = &mut self.tasks.recs[task.0 as usize];
         let migrated = rec.last_cpu.is_some_and(|c| c != cpu);
         rec.state = TaskState::Running(cpu);
+        rec.ran_by = Some(by);
         rec.last_cpu = Some(cpu);
         self.tasks.cpus[cpu.0 as usize] = Some(task);
         self.notify(task, now, |p, ctx| p.on_dispatch(ctx, task, cpu));
@@ -594,13 +635,16 @@ impl Dispatcher {
         }
         let mut result = None;
         for idx in 0..self.scheds.len() {
+            // Exclusivity asked for in an earlier callback (even an earlier pick of this
+            // decision) holds before the next scheduler is asked.
+            self.apply_exclusive(now);
             self.stats.picks += 1;
             let Some(d) = self.call(idx, now, |p, ctx| p.pick(ctx, cpu)) else { continue };
             match self.validate(idx, cpu, d) {
                 Ok(()) => {
                     self.scheds[idx].decided += 1;
                     let by = self.scheds[idx].id;
-                    let migrated = self.start(now, cpu, d.task);
+                    let migrated = self.start(now, cpu, d.task, by);
                     result = Some(Dispatched { task: d.task, slice: d.slice, by, prev, migrated });
                     break;
                 }
@@ -637,7 +681,7 @@ impl Dispatcher {
         }
         let by = rec.owner;
         self.stats.hand_offs += 1;
-        let migrated = self.start(now, cpu, target);
+        let migrated = self.start(now, cpu, target, by);
         self.apply_exclusive(now);
         Ok(Dispatched { task: target, slice: None, by, prev: None, migrated })
     }
@@ -662,6 +706,9 @@ impl Dispatcher {
             }
             if r.guest && r.owner == self.default_sched() {
                 return Err(format!("task{i} is a guest of its own owner"));
+            }
+            if matches!(r.state, TaskState::Running(_)) != r.ran_by.is_some() {
+                return Err(format!("task{i} is {:?} but was started by {:?}", r.state, r.ran_by));
             }
             if let TaskState::Running(c) = r.state {
                 if self.tasks.cpus[c.0 as usize] != Some(TaskId(i as u32)) {

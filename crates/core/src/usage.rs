@@ -126,7 +126,12 @@ pub fn check_conflict(
         }
     }
     let capacity = ncpus as u64 * CPU_PPM;
-    let demand: u64 = existing.iter().map(|(_, u)| u.demand_ppm()).sum::<u64>() + new.demand_ppm();
+    // Saturating: a huge declared share must be refused, not overflow (a panic in debug
+    // builds, a wrap-around to a tiny demand that passes the check in release builds).
+    let demand: u64 = existing
+        .iter()
+        .map(|(_, u)| u.demand_ppm())
+        .fold(new.demand_ppm(), u64::saturating_add);
     if demand > capacity {
         return Err(format!(
             "hard-time and reserved demands ({:.1}% of one CPU) exceed the {ncpus} CPU(s)",
@@ -216,5 +221,12 @@ mod tests {
         assert!(check_conflict(&[], hard(&[0], 0), 0, 2, &CFG).is_err());
         assert!(check_conflict(&[], hard(&[0], 101), 0, 2, &CFG).is_err());
         assert!(check_conflict(&[], res(0), 0, 2, &CFG).is_err());
+    }
+
+    #[test]
+    fn huge_demands_do_not_overflow() {
+        let existing = [("a", res(10))];
+        let e = check_conflict(&existing, Usage::Reserved { cpu_ppm: u64::MAX }, 0, 2, &CFG).unwrap_err();
+        assert!(e.contains("exceed"), "{e}");
     }
 }

@@ -1,24 +1,88 @@
 //! vassal-policies: scheduling policies, one file each, and a registry that builds them
 //! by name from parameters.
+//!
+//! Baselines:
+//! - [`rr`]: Go!'s GTE single-priority preemptive round robin (paper 003 §4);
+//! - [`fps`]: fixed-priority preemptive scheduling, optionally rate-monotonic;
+//! - [`wrr`]: weighted round robin, the BVT paper's WRR baseline (paper 001 §5.1).
 
+pub mod fps;
+pub mod bvt;
 pub mod params;
+pub mod rr;
+pub mod wrr;
 
+pub use fps::FixedPriority;
 pub use params::{ParamValue, Params};
+pub use rr::RoundRobin;
+pub use wrr::WeightedRoundRobin;
 
 use std::collections::BTreeMap;
-use vassal_core::Policy;
+use vassal_core::{Ns, Policy, TaskId, MS};
 
 /// The policy kinds this crate can build, with a one-line description each.
 pub fn kinds() -> &'static [(&'static str, &'static str)] {
-    &[]
+    &[
+        ("rr", "Go! GTE round robin: one global FIFO, preemptive, fixed quantum (params: quantum)"),
+        ("fps", "fixed-priority preemptive, optionally rate-monotonic (params: rm, quantum)"),
+        ("wrr", "weighted round robin: a turn is weight x quantum (params: quantum)"),
+    ]
 }
 
 /// Builds a policy of `kind` from its parameters. Unknown kinds and parameters, and
 /// values of the wrong type or range, are refused with a message naming them.
 pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dyn Policy>, String> {
-    let _ = params;
-    Err(format!(
-        "unknown policy '{kind}'; expected one of: {}",
-        kinds().iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-    ))
+    let mut p = Params::new(kind, params);
+    let policy: Box<dyn Policy> = match kind {
+        "rr" => {
+            let quantum = positive(kind, "quantum", p.duration("quantum", 10 * MS)?)?;
+            Box::new(RoundRobin::new(quantum))
+        }
+        "fps" => {
+            let rm = p.bool("rm", false)?;
+            // No default quantum: without one a task runs until it blocks or is preempted.
+            let quantum = if params.contains_key("quantum") {
+                Some(positive(kind, "quantum", p.duration("quantum", 0)?)?)
+            } else {
+                None
+            };
+            Box::new(FixedPriority::new(rm, quantum))
+        }
+        "wrr" => {
+            let quantum = positive(kind, "quantum", p.duration("quantum", 10 * MS)?)?;
+            Box::new(WeightedRoundRobin::new(quantum))
+        }
+        // More kinds go here, each reading its parameters from `p` (e.g. "bvt").
+        _ => {
+            return Err(format!(
+                "unknown policy '{kind}'; expected one of: {}",
+                kinds().iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+            ))
+        }
+    };
+    p.finish()?;
+    Ok(policy)
+}
+
+/// A duration parameter that must be greater than zero (a zero slice is refused by the
+/// dispatcher, so a zero quantum could never run anything).
+fn positive(kind: &str, key: &str, v: Ns) -> Result<Ns, String> {
+    if v == 0 {
+        Err(format!("{kind} parameter '{key}': must be greater than zero"))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Policies keep per-task state in vectors indexed by task id (the dispatcher assigns
+/// dense ids). A task id this large is refused at attach rather than allocated for.
+pub(crate) const MAX_TASK_INDEX: u32 = 1 << 24;
+
+/// The per-task table index of `task`, or a refusal for on_attach.
+pub(crate) fn task_index(task: TaskId) -> Result<usize, String> {
+    if task.0 >= MAX_TASK_INDEX {
+        Err(format!("{task}: task ids of {MAX_TASK_INDEX} and more are not supported"))
+    } else {
+        Ok(task.0 as usize)
+    }
 }

@@ -1,1 +1,12 @@
+//! vassal-sim: a deterministic discrete-event multiprocessor simulator that runs vassal
+//! policies under the Vassal dispatcher hierarchy.
+
+pub mod engine;
+pub mod metrics;
 pub mod model;
+pub mod report;
+pub mod repro;
+pub mod scenario;
+
+pub use engine::{simulate, Sim, SimError};
+pub use report::Report;

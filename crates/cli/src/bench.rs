@@ -1,0 +1,152 @@
+//! `vassal bench`: simulated events per second on a 1,000-task scenario, and the cost of
+//! one scheduling decision (account + preempt + pick + validate + dispatch through the
+//! Vassal dispatcher) with 10, 1,000 and 100,000 runnable tasks, for every built-in
+//! policy. Each figure is the median of several runs in this process, so a noisy machine
+//! shows as spread, not as a wrong number.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use anyhow::Result;
+use vassal_core::{CpuId, CpuSet, Dispatcher, HierarchyConfig, Preempt, TaskParams, MS};
+use vassal_sim::model::{Behaviour, ClockMode, Dist, Machine, PolicySpec, Scenario, TaskSpec};
+
+pub const SIZES: [usize; 3] = [10, 1_000, 100_000];
+
+pub struct Bench {
+    pub events: u64,
+    pub events_per_sec: f64,
+    /// policy → size → ns per decision
+    pub decision_ns: BTreeMap<String, BTreeMap<usize, f64>>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// A 1,000-task scenario of mixed behaviours on 4 CPUs under round robin.
+pub fn thousand_tasks(until: u64) -> Scenario {
+    let tasks = (0..1000)
+        .map(|i| {
+            let behaviour = match i % 4 {
+                0 => Behaviour::Cpu { work: None },
+                1 => Behaviour::Io { run: Dist::Exp(2 * MS), sleep: Dist::Exp(20 * MS), voluntary: true },
+                2 => Behaviour::Interactive { burst: Dist::Exp(MS), think: Dist::Exp(50 * MS) },
+                _ => Behaviour::Periodic {
+                    period: (10 + (i as u64 % 10) * 10) * MS,
+                    offset: 0,
+                    exec: Dist::Uniform(MS / 4, MS),
+                    deadline: (10 + (i as u64 % 10) * 10) * MS,
+                    jobs: None,
+                },
+            };
+            TaskSpec {
+                name: format!("t{i}"),
+                start: 0,
+                scheduler: None,
+                affinity: CpuSet::first(4),
+                params: TaskParams::new(),
+                uid: 0,
+                behaviour,
+                loop_at: None,
+            }
+        })
+        .collect();
+    Scenario {
+        name: "bench-1000".into(),
+        machine: Machine {
+            cpus: 4,
+            clock: ClockMode::OneShot,
+            hz: 250,
+            switch_cost: 3_000,
+            migration_cost: 10_000,
+            unscheduled: None,
+            min_best_effort_ppm: None,
+        },
+        default_name: "default".into(),
+        default_policy: PolicySpec { kind: "rr".into(), params: BTreeMap::new() },
+        schedulers: vec![],
+        tasks,
+        interrupts: vec![],
+        until,
+        seed: 1,
+    }
+}
+
+fn decision_cost(kind: &str, n: usize, iters: u32) -> Result<f64> {
+    let policy = vassal_policies::build(kind, &BTreeMap::new()).map_err(anyhow::Error::msg)?;
+    let mut d = Dispatcher::new(1, "bench", policy, HierarchyConfig::default());
+    for i in 0..n {
+        let mut p = TaskParams::new();
+        p.insert("priority".into(), (i % 100) as i64);
+        p.insert("weight".into(), 1 + (i % 4) as i64);
+        p.insert("period".into(), ((1 + i % 50) as i64) * MS as i64);
+        d.add_task(0, p, CpuSet::first(1), None, true);
+    }
+    let mut fx = Vec::new();
+    let cpu = CpuId(0);
+    let mut now = 0;
+    let mut cur = d.schedule(now, cpu, Preempt::Resched).map(|x| x.task);
+    d.drain_effects(&mut fx);
+    let start = Instant::now();
+    for _ in 0..iters {
+        now += MS;
+        if let Some(t) = cur {
+            d.account(now, t, cpu, MS);
+        }
+        cur = d.schedule(now, cpu, Preempt::SliceExpired).map(|x| x.task);
+        d.drain_effects(&mut fx);
+    }
+    Ok(start.elapsed().as_nanos() as f64 / iters as f64)
+}
+
+pub fn run(quick: bool) -> Result<Bench> {
+    let (horizon, reps, iters) = if quick { (MS * 500, 1, 20_000) } else { (20_000 * MS, 3, 300_000) };
+    let mut rates = Vec::new();
+    let mut events = 0;
+    for _ in 0..reps {
+        let sim = vassal_sim::Sim::new(thousand_tasks(horizon))?;
+        let start = Instant::now();
+        let report = sim.run()?;
+        let secs = start.elapsed().as_secs_f64();
+        events = report.totals.events;
+        rates.push(events as f64 / secs);
+    }
+    let mut decision_ns = BTreeMap::new();
+    for (kind, _) in vassal_policies::kinds() {
+        let mut by_size = BTreeMap::new();
+        for n in SIZES {
+            let v = (0..reps).map(|_| decision_cost(kind, n, iters)).collect::<Result<Vec<_>>>()?;
+            by_size.insert(n, median(v));
+        }
+        decision_ns.insert(kind.to_string(), by_size);
+    }
+    Ok(Bench { events, events_per_sec: median(rates), decision_ns })
+}
+
+impl Bench {
+    /// The worst policy at each size.
+    pub fn worst(&self, n: usize) -> f64 {
+        self.decision_ns.values().map(|m| m[&n]).fold(0.0, f64::max)
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let d: serde_json::Map<String, serde_json::Value> =
+            SIZES.iter().map(|n| (n.to_string(), serde_json::json!((self.worst(*n) * 10.0).round() / 10.0))).collect();
+        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d })
+    }
+
+    pub fn table(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "simulator: {:.2} M events/s ({} events, 1,000 tasks, 4 CPUs, one core)", self.events_per_sec / 1e6, self.events);
+        let _ = writeln!(o, "\nns per decision (account + preempt + pick + dispatch)");
+        let _ = writeln!(o, "{:<8} {:>10} {:>10} {:>10} {:>12}", "policy", "10", "1000", "100000", "100k / 10");
+        for (k, m) in &self.decision_ns {
+            let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", k, m[&10], m[&1000], m[&100_000], m[&100_000] / m[&10]);
+        }
+        let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", "worst", self.worst(10), self.worst(1000), self.worst(100_000), self.worst(100_000) / self.worst(10));
+        o
+    }
+}

@@ -1,0 +1,491 @@
+//! Fixed-priority preemptive scheduling (FPS): the fixed-priority baseline the BVT paper
+//! compares against (paper 001 §5.1, "a fixed-priority scheduler (FPS)"), with optional
+//! rate-monotonic priority assignment (Liu & Layland).
+//!
+//! Rules:
+//! - per-task parameter "priority" (an integer, default 0): a larger number is more
+//!   important. (The BVT paper numbers priorities the other way: its "priority 1
+//!   (highest)" is the largest number here.)
+//! - policy parameter `rm` (default false): rate-monotonic assignment instead. The
+//!   priority comes from the task parameter "period" (ns, > 0): the shorter the period,
+//!   the higher the priority; equal periods are ordered by task id (the lower id first),
+//!   so every periodic task has a priority of its own. Tasks without a period share one
+//!   level below every periodic task.
+//! - a CPU runs the highest-priority runnable task that may run there; within one level
+//!   tasks are served first in, first out;
+//! - policy parameter `quantum` (default none): with a quantum, tasks of equal priority
+//!   share the CPU round robin (slice expired -> tail of its level); without one a task
+//!   runs until it blocks, yields or is preempted;
+//! - preemption: when a task wakes up, is attached runnable, or has its priority raised,
+//!   and it is more important than the least important task of this scheduler running on
+//!   a CPU it may use (and no such CPU is idle), that CPU is asked to reschedule;
+//! - a task preempted by a reschedule goes back to the head of its level (keeping the
+//!   rest of its quantum); one whose slice expired, or that yielded, to the tail;
+//! - `Request::Param { name: "priority" }` (or "period" under `rm`) changes a task's
+//!   priority at once, with the same preemption check; a lowered running task is
+//!   preempted if a more important one is waiting.
+//!
+//! Multi-CPU: it is global FPS. A preempted task, or the head of the ready queue after a
+//! dispatch, may in turn preempt a less important task (or take an idle CPU) elsewhere.
+//!
+//! Cost: the ready queue is one FIFO per priority level (an intrusive doubly linked list
+//! over a vector indexed by task id) in a `BTreeMap` of levels, so wake, block, preempt
+//! and `pick` cost O(log L) for L distinct priorities (O(log n) at worst, e.g. under
+//! `rm`), and O(1) within a level; `pick` walks past tasks whose affinity excludes the
+//! CPU. The level of a picked task is kept while the task runs, so the usual
+//! pick/preempt cycle neither allocates nor rebalances. The preemption check is
+//! O(number of CPUs).
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use vassal_core::{
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
+    TaskId, TaskParams, TaskState, Wake,
+};
+
+/// A task's rank: smaller is more important. (priority, tie-break).
+type Rank = (Reverse<i64>, u32);
+const NIL: u32 = u32::MAX;
+
+/// The ends of one priority level's FIFO.
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    head: u32,
+    tail: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Absent,
+    Blocked,
+    Queued,
+    /// Returned by `pick`; `on_dispatch` or `on_refused` follows.
+    Picked,
+    Running(CpuId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    st: St,
+    rank: Rank,
+    prev: u32,
+    next: u32,
+    /// Time used of the current quantum.
+    used: Ns,
+}
+
+const EMPTY: Node = Node { st: St::Absent, rank: (Reverse(0), 0), prev: NIL, next: NIL, used: 0 };
+
+/// The rank of tasks without a period under rate-monotonic assignment.
+const NO_PERIOD: Rank = (Reverse(i64::MIN), u32::MAX);
+
+/// Fixed-priority preemptive scheduling. See the module documentation.
+#[derive(Debug)]
+pub struct FixedPriority {
+    rm: bool,
+    quantum: Option<Ns>,
+    nodes: Vec<Node>,
+    /// The ready queue: one FIFO per rank, most important first. A level may be empty
+    /// only while a task of that rank is picked or running (it is about to return).
+    levels: BTreeMap<Rank, Level>,
+    /// This scheduler's task running on each CPU.
+    running: Vec<Option<TaskId>>,
+    /// A reschedule this policy asked for on the CPU has not happened yet.
+    pending: Vec<bool>,
+}
+
+impl FixedPriority {
+    /// `rm`: rate-monotonic priorities from "period"; `quantum`: round robin among equal
+    /// priorities (None: run until block or preemption; Some(0) is taken as 1ns).
+    pub fn new(rm: bool, quantum: Option<Ns>) -> Self {
+        FixedPriority {
+            rm,
+            quantum: quantum.map(|q| q.max(1)),
+            nodes: Vec::new(),
+            levels: BTreeMap::new(),
+            running: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn rate_monotonic(&self) -> bool {
+        self.rm
+    }
+    pub fn quantum(&self) -> Option<Ns> {
+        self.quantum
+    }
+
+    /// The effective priority of an attached task (under `rm`, minus its period; tasks
+    /// without a period: `i64::MIN`).
+    pub fn priority_of(&self, task: TaskId) -> Option<i64> {
+        self.node(task).map(|n| n.rank.0 .0)
+    }
+
+    /// The ready queue, most important first (O(n); for tests and reports).
+    pub fn queue(&self) -> Vec<TaskId> {
+        let mut out = Vec::new();
+        for lvl in self.levels.values() {
+            let mut i = lvl.head;
+            while i != NIL {
+                out.push(TaskId(i));
+                i = self.nodes[i as usize].next;
+            }
+        }
+        out
+    }
+
+    /// The most important queued task, if any (O(log L) plus the empty levels of running
+    /// tasks, at most one per CPU).
+    fn first_ready(&self) -> Option<TaskId> {
+        self.levels.values().find(|l| l.head != NIL).map(|l| TaskId(l.head))
+    }
+
+    fn node(&self, task: TaskId) -> Option<&Node> {
+        self.nodes.get(task.0 as usize).filter(|n| n.st != St::Absent)
+    }
+
+    fn rank_for(&self, task: TaskId, prio: i64) -> Rank {
+        (Reverse(prio), if self.rm { task.0 } else { 0 })
+    }
+
+    /// The rank a task's parameters give it, or why they are refused.
+    fn rank_from_params(&self, task: TaskId, params: &TaskParams) -> Result<Rank, String> {
+        if self.rm {
+            match params.get("period") {
+                None => Ok(NO_PERIOD),
+                Some(&p) => self.rank_from_period(task, p),
+            }
+        } else {
+            Ok(self.rank_for(task, params.get("priority").copied().unwrap_or(0)))
+        }
+    }
+
+    fn rank_from_period(&self, task: TaskId, period: i64) -> Result<Rank, String> {
+        if period <= 0 {
+            Err(format!("fps: {task} period {period} must be a positive number of ns"))
+        } else {
+            Ok(self.rank_for(task, -period))
+        }
+    }
+
+    fn ensure_cpus(&mut self, ctx: &Ctx) {
+        let n = ctx.ncpus() as usize;
+        if self.running.len() < n {
+            self.running.resize(n, None);
+            self.pending.resize(n, false);
+        }
+    }
+
+    /// Queues `i` at the head or the tail of its level.
+    fn enqueue(&mut self, i: u32, at_head: bool) {
+        let rank = self.nodes[i as usize].rank;
+        let lvl = self.levels.entry(rank).or_insert(Level { head: NIL, tail: NIL });
+        let nodes = &mut self.nodes;
+        if lvl.head == NIL {
+            lvl.head = i;
+            lvl.tail = i;
+            (nodes[i as usize].prev, nodes[i as usize].next) = (NIL, NIL);
+        } else if at_head {
+            nodes[lvl.head as usize].prev = i;
+            (nodes[i as usize].prev, nodes[i as usize].next) = (NIL, lvl.head);
+            lvl.head = i;
+        } else {
+            nodes[lvl.tail as usize].next = i;
+            (nodes[i as usize].prev, nodes[i as usize].next) = (lvl.tail, NIL);
+            lvl.tail = i;
+        }
+        nodes[i as usize].st = St::Queued;
+    }
+
+    /// Takes queued `i` out of its level's FIFO (the level stays, possibly empty).
+    fn unlink(&mut self, i: u32) {
+        let Node { prev, next, rank, .. } = self.nodes[i as usize];
+        let Some(lvl) = self.levels.get_mut(&rank) else { return };
+        if prev == NIL {
+            lvl.head = next;
+        } else {
+            self.nodes[prev as usize].next = next;
+        }
+        if next == NIL {
+            lvl.tail = prev;
+        } else {
+            self.nodes[next as usize].prev = prev;
+        }
+        (self.nodes[i as usize].prev, self.nodes[i as usize].next) = (NIL, NIL);
+    }
+
+    /// Removes the level of `rank` if no task is queued in it.
+    fn drop_level_if_empty(&mut self, rank: Rank) {
+        if self.levels.get(&rank).is_some_and(|l| l.head == NIL) {
+            self.levels.remove(&rank);
+        }
+    }
+
+    /// Sets the state of `i`: out of the ready queue and off its CPU first. The level is
+    /// kept for a task that is picked or running (it will be requeued there).
+    fn set(&mut self, i: u32, st: St) {
+        match self.nodes[i as usize].st {
+            St::Queued => self.unlink(i),
+            St::Running(c) => {
+                if let Some(r) = self.running.get_mut(c.0 as usize) {
+                    if *r == Some(TaskId(i)) {
+                        *r = None;
+                        self.pending[c.0 as usize] = false;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.nodes[i as usize].st = st;
+        match st {
+            St::Running(c) => {
+                if let Some(r) = self.running.get_mut(c.0 as usize) {
+                    *r = Some(TaskId(i));
+                    self.pending[c.0 as usize] = false;
+                }
+            }
+            St::Picked | St::Queued => {}
+            St::Absent | St::Blocked => self.drop_level_if_empty(self.nodes[i as usize].rank),
+        }
+    }
+
+    /// If `task` (ready) is more important than the least important task of this
+    /// scheduler running on a CPU it may use (other than `except`), asks that CPU to
+    /// reschedule. If such a CPU is idle instead, nothing is preempted (with `kick_idle`,
+    /// the idle CPU is asked to decide).
+    fn preempt_check(&mut self, ctx: &mut Ctx, task: TaskId, except: Option<CpuId>, kick_idle: bool) {
+        let Some(r) = self.node(task).map(|n| n.rank) else { return };
+        let aff = ctx.affinity(task);
+        let mut victim: Option<(CpuId, Rank)> = None;
+        for c in ctx.cpus() {
+            if Some(c) == except || !aff.contains(c) {
+                continue;
+            }
+            let ci = c.0 as usize;
+            match self.running.get(ci).copied().flatten() {
+                Some(t) => {
+                    if self.pending[ci] {
+                        continue;
+                    }
+                    let rt = self.node(t).map_or(NO_PERIOD, |n| n.rank);
+                    if rt > r && !matches!(victim, Some((_, v)) if v >= rt) {
+                        victim = Some((c, rt));
+                    }
+                }
+                None if ctx.running_on(c).is_none() => {
+                    if kick_idle {
+                        let _ = ctx.resched(c);
+                    }
+                    return;
+                }
+                // Another scheduler's task: not this policy's to preempt.
+                None => {}
+            }
+        }
+        if let Some((c, _)) = victim {
+            self.pending[c.0 as usize] = true;
+            let _ = ctx.resched(c);
+        }
+    }
+
+    /// After the rank of `task` changed: requeue it and check preemption both ways.
+    fn reprioritize(&mut self, ctx: &mut Ctx, task: TaskId, rank: Rank) {
+        let i = task.0;
+        match self.nodes[i as usize].st {
+            St::Queued => {
+                self.set(i, St::Absent);
+                self.nodes[i as usize].rank = rank;
+                self.enqueue(i, false);
+                self.preempt_check(ctx, task, None, false);
+            }
+            _ => {
+                let old = self.nodes[i as usize].rank;
+                self.nodes[i as usize].rank = rank;
+                self.drop_level_if_empty(old);
+                // A running task may have become less important than a waiting one.
+                if let Some(first) = self.first_ready() {
+                    self.preempt_check(ctx, first, None, false);
+                }
+            }
+        }
+    }
+}
+
+impl Policy for FixedPriority {
+    fn kind(&self) -> &str {
+        "fps"
+    }
+
+    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
+        let idx = crate::task_index(task)?;
+        let rank = self.rank_from_params(task, info.params)?;
+        if info.state == TaskState::Dead {
+            return Err(format!("{task} has exited"));
+        }
+        self.ensure_cpus(ctx);
+        if idx >= self.nodes.len() {
+            self.nodes.resize(idx + 1, EMPTY);
+        }
+        self.set(task.0, St::Absent);
+        self.nodes[idx].rank = rank;
+        self.nodes[idx].used = 0;
+        match info.state {
+            TaskState::Runnable => {
+                self.enqueue(task.0, false);
+                self.preempt_check(ctx, task, None, false);
+            }
+            TaskState::Running(c) => self.set(task.0, St::Running(c)),
+            TaskState::Blocked | TaskState::Dead => self.set(task.0, St::Blocked),
+        }
+        Ok(())
+    }
+
+    fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
+        if self.node(task).is_some() {
+            self.set(task.0, St::Absent);
+        }
+    }
+
+    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
+        if self.node(task).map(|n| n.st) == Some(St::Blocked) {
+            self.ensure_cpus(ctx);
+            self.nodes[task.0 as usize].used = 0;
+            self.enqueue(task.0, false);
+            self.preempt_check(ctx, task, None, false);
+        }
+    }
+
+    fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
+        if self.node(task).is_some() {
+            self.nodes[task.0 as usize].used = 0;
+            self.set(task.0, St::Blocked);
+        }
+    }
+
+    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
+        self.ensure_cpus(ctx);
+        if self.node(task).is_some() {
+            self.set(task.0, St::Running(cpu));
+        }
+        if ctx.ncpus() > 1 {
+            if let Some(first) = self.first_ready() {
+                self.preempt_check(ctx, first, Some(cpu), true);
+            }
+        }
+    }
+
+    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
+        self.ensure_cpus(ctx);
+        let Some(n) = self.node(task).copied() else { return };
+        if matches!(n.st, St::Queued | St::Blocked) {
+            return;
+        }
+        let keep = why == Preempt::Resched && !matches!(self.quantum, Some(q) if n.used >= q);
+        if !keep {
+            self.nodes[task.0 as usize].used = 0;
+        }
+        // Off its CPU (keeping its level, which it rejoins at once), then queued.
+        self.set(task.0, St::Picked);
+        self.enqueue(task.0, keep);
+        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
+            *p = false;
+        }
+        if ctx.ncpus() > 1 {
+            self.preempt_check(ctx, task, Some(cpu), true);
+        }
+    }
+
+    fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, ran: Ns) {
+        if self.node(task).is_some() {
+            let n = &mut self.nodes[task.0 as usize];
+            n.used = n.used.saturating_add(ran);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx, _from: Sender, task: TaskId, req: &Request) -> Reply {
+        let Request::Param { name, value } = req else {
+            return Reply::refused(format!("fps does not understand {req:?}"));
+        };
+        if self.node(task).is_none() {
+            return Reply::refused(format!("fps: {task} is not attached to this scheduler"));
+        }
+        self.ensure_cpus(ctx);
+        let rank = match (name.as_str(), self.rm) {
+            ("priority", false) => self.rank_for(task, *value),
+            ("period", true) => match self.rank_from_period(task, *value) {
+                Ok(r) => r,
+                Err(why) => return Reply::Refused(why),
+            },
+            ("priority", true) => {
+                return Reply::refused("fps with rm = true takes priorities from 'period', not 'priority'")
+            }
+            ("period", false) => return Reply::refused("fps: 'period' is only used with rm = true; set 'priority'"),
+            _ => return Reply::refused(format!("fps has no task parameter '{name}' (it knows: priority, period)")),
+        };
+        self.reprioritize(ctx, task, rank);
+        Reply::Ok
+    }
+
+    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
+        loop {
+            // The first ready task allowed here; a task the dispatcher sees otherwise
+            // (a missed notification) is repaired and the walk restarts.
+            let mut repair = None;
+            let mut found = None;
+            'levels: for lvl in self.levels.values() {
+                let mut i = lvl.head;
+                while i != NIL {
+                    let task = TaskId(i);
+                    if ctx.allowed(task, cpu) {
+                        match ctx.state(task) {
+                            TaskState::Runnable => found = Some(i),
+                            st => repair = Some((i, st)),
+                        }
+                        break 'levels;
+                    }
+                    i = self.nodes[i as usize].next;
+                }
+            }
+            if let Some(i) = found {
+                self.set(i, St::Picked);
+                let used = self.nodes[i as usize].used;
+                let task = TaskId(i);
+                return Some(match self.quantum {
+                    Some(q) => Decision::run(task, q.saturating_sub(used).max(1)),
+                    None => Decision::run_until_block(task),
+                });
+            }
+            let (i, st) = repair?;
+            self.set(
+                i,
+                match st {
+                    TaskState::Running(c) => St::Running(c),
+                    TaskState::Dead => St::Absent,
+                    _ => St::Blocked,
+                },
+            );
+        }
+    }
+
+    fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, decision: Decision, why: Refusal) {
+        let task = decision.task;
+        if self.node(task).map(|n| n.st) != Some(St::Picked) {
+            return;
+        }
+        let i = task.0;
+        match why {
+            Refusal::NoSuchTask | Refusal::NotYours => self.set(i, St::Absent),
+            Refusal::NotRunnable => {
+                self.nodes[i as usize].used = 0;
+                self.set(i, St::Blocked)
+            }
+            Refusal::RunningElsewhere(c) => self.set(i, St::Running(c)),
+            Refusal::NotAllowed => self.enqueue(i, true),
+            Refusal::ZeroSlice => {
+                self.nodes[i as usize].used = 0;
+                self.enqueue(i, false)
+            }
+        }
+    }
+}

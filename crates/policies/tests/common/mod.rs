@@ -1,0 +1,285 @@
+//! A tiny mechanism for the policy tests: drives a real `vassal_core::Dispatcher` in
+//! virtual time, carries out its effects, expires slices, and logs every dispatch.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use vassal_core::{
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
+    Request, SchedId, Sender, TaskId, TaskParams, Usage, Wake, MS,
+};
+
+/// One accepted decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disp {
+    pub at: Ns,
+    pub cpu: CpuId,
+    pub task: TaskId,
+    pub slice: Option<Ns>,
+}
+
+struct Run {
+    task: TaskId,
+    since: Ns,
+    until: Option<Ns>,
+}
+
+pub struct Sim {
+    pub d: Dispatcher,
+    pub now: Ns,
+    pub log: Vec<Disp>,
+    /// Every `Effect::Resched` the mechanism carried out, with its time.
+    pub rescheds: Vec<(Ns, CpuId)>,
+    /// Dispatches of a task that the mechanism saw running on another CPU.
+    pub overlaps: usize,
+    running: Vec<Option<Run>>,
+    effects: Vec<Effect>,
+}
+
+pub fn params(kv: &[(&str, i64)]) -> TaskParams {
+    kv.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+pub fn t(i: u32) -> TaskId {
+    TaskId(i)
+}
+
+pub fn ms(n: u64) -> Ns {
+    n * MS
+}
+
+impl Sim {
+    pub fn new(ncpus: u16, policy: Box<dyn Policy>) -> Sim {
+        Sim {
+            d: Dispatcher::new(ncpus, "default", policy, HierarchyConfig::default()),
+            now: 0,
+            log: Vec::new(),
+            rescheds: Vec::new(),
+            overlaps: 0,
+            running: (0..ncpus).map(|_| None).collect(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Registers `policy` on top of the hierarchy.
+    pub fn register_top(&mut self, name: &str, policy: Box<dyn Policy>) -> SchedId {
+        self.d.register(name, policy, Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap()
+    }
+
+    pub fn unregister(&mut self, id: SchedId) {
+        self.d.unregister(self.now, id).unwrap();
+        self.settle();
+    }
+
+    /// Adds a task (runnable or blocked) with these parameters and affinity (None: all).
+    pub fn add(&mut self, kv: &[(&str, i64)], affinity: Option<CpuSet>, runnable: bool) -> TaskId {
+        let aff = affinity.unwrap_or(CpuSet::first(self.d.ncpus()));
+        let task = self.d.add_task(self.now, params(kv), aff, None, runnable);
+        self.settle();
+        task
+    }
+
+    /// Sends `req` about `task` to `sched`, as root.
+    pub fn message(&mut self, sched: SchedId, task: TaskId, req: Request) -> Reply {
+        let r = self.d.message(self.now, sched, Sender::ROOT, task, &req);
+        self.settle();
+        r
+    }
+
+    fn account(&mut self, cpu: CpuId) {
+        if let Some(run) = &self.running[cpu.0 as usize] {
+            let (task, ran) = (run.task, self.now - run.since);
+            self.d.account(self.now, task, cpu, ran);
+        }
+    }
+
+    fn started(&mut self, cpu: CpuId, d: Option<Dispatched>) {
+        if let Some(d) = d {
+            let elsewhere = self
+                .running
+                .iter()
+                .enumerate()
+                .any(|(c, r)| c != cpu.0 as usize && r.as_ref().is_some_and(|r| r.task == d.task));
+            self.overlaps += elsewhere as usize;
+        }
+        self.running[cpu.0 as usize] = d.map(|d| {
+            self.log.push(Disp { at: self.now, cpu, task: d.task, slice: d.slice });
+            Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) }
+        });
+        // Cross-check the dispatcher's invariants and our own view of it.
+        self.d.check_invariants().unwrap();
+        for c in 0..self.d.ncpus() {
+            let c = CpuId(c);
+            assert_eq!(self.d.running(c), self.running[c.0 as usize].as_ref().map(|r| r.task), "{c}");
+        }
+    }
+
+    /// A decision point on `cpu`.
+    pub fn schedule(&mut self, cpu: CpuId, why: Preempt) {
+        self.account(cpu);
+        let d = self.d.schedule(self.now, cpu, why);
+        if let Some(d) = d {
+            assert!(self.d.state(d.task) == vassal_core::TaskState::Running(cpu));
+        }
+        self.started(cpu, d);
+        self.settle();
+    }
+
+    /// Carries out the effects policies asked for until there are none.
+    pub fn settle(&mut self) {
+        loop {
+            let mut fx = std::mem::take(&mut self.effects);
+            self.d.drain_effects(&mut fx);
+            if fx.is_empty() {
+                self.effects = fx;
+                return;
+            }
+            for e in fx.drain(..) {
+                if let Effect::Resched(cpu) = e {
+                    self.rescheds.push((self.now, cpu));
+                    self.account(cpu);
+                    let d = self.d.schedule(self.now, cpu, Preempt::Resched);
+                    self.started(cpu, d);
+                }
+            }
+        }
+    }
+
+    /// Advances virtual time to `until`, expiring slices on the way (lowest CPU first
+    /// when several expire at once).
+    pub fn run_until(&mut self, until: Ns) {
+        loop {
+            let next = self
+                .running
+                .iter()
+                .enumerate()
+                .filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c)))
+                .min();
+            match next {
+                Some((at, c)) if at <= until => {
+                    self.now = at;
+                    self.schedule(CpuId(c as u16), Preempt::SliceExpired);
+                }
+                _ => break,
+            }
+        }
+        self.now = until;
+    }
+
+    pub fn block(&mut self, task: TaskId) {
+        if let vassal_core::TaskState::Running(cpu) = self.d.state(task) {
+            self.account(cpu);
+        }
+        if let Some(cpu) = self.d.block(self.now, task, Block { voluntary: true }) {
+            self.running[cpu.0 as usize] = None;
+            self.schedule(cpu, Preempt::Resched);
+        }
+        self.settle();
+    }
+
+    /// Blocks `task` (running on some CPU) and hands that CPU off to `target`.
+    pub fn block_hand_off(&mut self, task: TaskId, target: TaskId) {
+        let vassal_core::TaskState::Running(cpu) = self.d.state(task) else { panic!("{task} is not running") };
+        self.account(cpu);
+        assert_eq!(self.d.block(self.now, task, Block { voluntary: true }), Some(cpu));
+        self.running[cpu.0 as usize] = None;
+        let d = self.d.hand_off(self.now, cpu, target).expect("hand-off accepted");
+        self.started(cpu, Some(d));
+        self.settle();
+    }
+
+    pub fn wake(&mut self, task: TaskId) {
+        assert!(self.d.wake(self.now, task, Wake { voluntary: true, ..Wake::default() }));
+        self.settle();
+    }
+
+    pub fn exit(&mut self, task: TaskId) {
+        if let vassal_core::TaskState::Running(cpu) = self.d.state(task) {
+            self.account(cpu);
+        }
+        if let Some(cpu) = self.d.remove_task(self.now, task) {
+            self.running[cpu.0 as usize] = None;
+            self.schedule(cpu, Preempt::Resched);
+        }
+        self.settle();
+    }
+
+    pub fn yield_cpu(&mut self, cpu: CpuId) {
+        self.schedule(cpu, Preempt::Yield);
+    }
+
+    /// The dispatched tasks, in order.
+    pub fn tasks(&self) -> Vec<TaskId> {
+        self.log.iter().map(|d| d.task).collect()
+    }
+
+    /// The dispatches on one CPU as (time in ms, task id).
+    pub fn on_cpu(&self, cpu: u16) -> Vec<(u64, u32)> {
+        self.log.iter().filter(|d| d.cpu.0 == cpu).map(|d| (d.at / MS, d.task.0)).collect()
+    }
+
+    /// (time in ms, task id, slice in ms) of every dispatch.
+    pub fn timeline(&self) -> Vec<(u64, u32, Option<u64>)> {
+        self.log.iter().map(|d| (d.at / MS, d.task.0, d.slice.map(|s| s / MS))).collect()
+    }
+
+    pub fn running_task(&self, cpu: u16) -> Option<TaskId> {
+        self.d.running(CpuId(cpu))
+    }
+}
+
+/// Builds a policy through the registry.
+pub fn build(kind: &str, kv: &[(&str, vassal_policies::ParamValue)]) -> Box<dyn Policy> {
+    let map: BTreeMap<String, vassal_policies::ParamValue> = kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    vassal_policies::build(kind, &map).unwrap()
+}
+
+pub fn dur(s: &str) -> vassal_policies::ParamValue {
+    vassal_policies::ParamValue::Str(s.to_string())
+}
+
+/// A scheduler that owns tasks but never has an opinion (so the default scheduler runs
+/// them as guests).
+pub struct Passive;
+
+impl Policy for Passive {
+    fn kind(&self) -> &str {
+        "passive"
+    }
+    fn pick(&mut self, _ctx: &mut vassal_core::Ctx, _cpu: CpuId) -> Option<vassal_core::Decision> {
+        None
+    }
+}
+
+/// A fixed view of tasks, for driving a policy directly without a dispatcher.
+pub struct FakeView {
+    pub states: Vec<vassal_core::TaskState>,
+    pub affinity: Vec<CpuSet>,
+}
+
+impl vassal_core::TaskView for FakeView {
+    fn state(&self, task: TaskId) -> vassal_core::TaskState {
+        self.states.get(task.0 as usize).copied().unwrap_or(vassal_core::TaskState::Dead)
+    }
+    fn affinity(&self, task: TaskId) -> CpuSet {
+        self.affinity.get(task.0 as usize).copied().unwrap_or(CpuSet::NONE)
+    }
+    fn owner(&self, _task: TaskId) -> Option<SchedId> {
+        Some(SchedId(0))
+    }
+    fn last_cpu(&self, _task: TaskId) -> Option<CpuId> {
+        None
+    }
+    fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
+        self.states
+            .iter()
+            .position(|s| *s == vassal_core::TaskState::Running(cpu))
+            .map(|i| TaskId(i as u32))
+    }
+}
+
+/// No task was ever dispatched on one CPU while running on another.
+pub fn assert_no_double_dispatch(s: &Sim) {
+    assert_eq!(s.overlaps, 0, "a task was dispatched while running elsewhere");
+    assert!(!s.log.is_empty());
+}

@@ -1,0 +1,955 @@
+//! The discrete-event engine: virtual time, N CPUs, a clock model (periodic tick or
+//! one-shot timers), context-switch and migration costs, unscheduled time, interrupt
+//! sources delivered to handler tasks (Go! §4), hand-off on block, and task behaviours.
+//!
+//! Time is integer ns. Events at equal times run in the order they were queued (a
+//! sequence number breaks ties), every random draw comes from a ChaCha RNG seeded from
+//! the scenario seed and the task/CPU/source index, and nothing iterates a hash map, so
+//! the same scenario and seed give a byte-identical report.
+//!
+//! Accounting is exact: each CPU's elapsed time is split into overhead (switch,
+//! migration, unscheduled time: the interval up to `busy_until`), busy (a task making
+//! progress) and idle, settled whenever anything happens on the CPU.
+//!
+//! Clock model: with `ClockMode::Tick`, slice expiries, scheduler events and timer
+//! waits are rounded up to the next tick (NT's HAL, paper 000 §2); wake-ups from I/O,
+//! interrupts and reschedule requests are immediate (a DISPATCH interrupt).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::Distribution;
+use vassal_core::{
+    Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply,
+    Request, SchedId, Sender, TaskId, TaskState, Wake, SEC,
+};
+
+use crate::metrics::Metrics;
+use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
+use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
+
+/// Infinite work (a CPU hog, a runaway loop).
+const FOREVER: Ns = Ns::MAX;
+/// Reschedules one CPU may take at one instant before the engine stops honouring them
+/// (a policy that asks for a new decision every time it makes one would livelock).
+const RESCHED_LIMIT: u32 = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    #[error("default scheduler '{name}': {reason}")]
+    DefaultPolicy { name: String, reason: String },
+    #[error("invariant violated at {now} ns: {what}")]
+    Invariant { now: Ns, what: String },
+    #[error("scenario has {0} CPUs; expected 1..=64")]
+    Cpus(u16),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    LoadSched(usize),
+    UnloadSched(usize),
+    TaskStart(usize),
+    TaskWake(usize, u64),
+    JobRelease(usize),
+    LoopFault(usize),
+    CpuTimer(u16, u64),
+    Tick,
+    SchedEvent(SchedId, u64, u64),
+    Interrupt(usize),
+    Unscheduled(u16),
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    at: Ns,
+    seq: u64,
+    ev: Ev,
+}
+
+#[derive(Default)]
+struct Cpu {
+    current: Option<usize>,
+    slice_end: Option<Ns>,
+    /// Overhead (switch, migration, unscheduled time) runs until this time.
+    busy_until: Ns,
+    /// Time up to which this CPU is accounted.
+    settled: Ns,
+    gen: u64,
+    pending_resched: bool,
+    resched_count: u32,
+    resched_at: Ns,
+}
+
+/// What the current burst of work is for, to record its response when it completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    Plain,
+    Job { release: Ns, deadline: Ns },
+    Burst { start: Ns },
+    Irq { arrival: Ns },
+}
+
+/// What a task not running or runnable waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    None,
+    NotStarted,
+    Timer { voluntary: bool },
+    Job,
+    Interrupt,
+    Exited,
+}
+
+struct SimTask {
+    id: TaskId,
+    rng: ChaCha8Rng,
+    remaining: Ns,
+    work: Work,
+    wait: Wait,
+    wake_gen: u64,
+    phase: usize,
+    timer_target: Option<Ns>,
+    jobs: VecDeque<(Ns, Ns)>,
+    released: u64,
+    irqs: VecDeque<Ns>,
+    looping: bool,
+}
+
+/// What a task does next, decided by its behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Run,
+    Yield,
+    Block { voluntary: bool, wake_at: Option<Ns>, hand_off: Option<usize> },
+    Exit,
+}
+
+fn sample(d: &Dist, rng: &mut ChaCha8Rng) -> Ns {
+    match *d {
+        Dist::Const(v) => v,
+        Dist::Uniform(lo, hi) => rng.gen_range(lo..=hi),
+        Dist::Exp(mean) => {
+            if mean == 0 {
+                return 0;
+            }
+            let e = rand_distr::Exp1;
+            let x: f64 = e.sample(rng);
+            (x * mean as f64).round().min(u64::MAX as f64 / 2.0) as Ns
+        }
+        Dist::Normal(mean, sd) => {
+            let z: f64 = rand_distr::StandardNormal.sample(rng);
+            (mean as f64 + z * sd as f64).round().max(0.0) as Ns
+        }
+    }
+}
+
+fn rng_for(seed: u64, salt: u64, index: u64) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index);
+    r
+}
+
+/// A simulation of one scenario.
+pub struct Sim {
+    /// Shared so behaviour code can read the scenario while the engine changes.
+    sc: Arc<Scenario>,
+    now: Ns,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Entry>>,
+    disp: Dispatcher,
+    cpus: Vec<Cpu>,
+    tasks: Vec<SimTask>,
+    sched_ids: Vec<Option<SchedId>>,
+    sched_events: BTreeMap<(SchedId, u64), u64>,
+    next_event_gen: u64,
+    handlers: BTreeMap<u32, Vec<usize>>,
+    task_index: BTreeMap<String, usize>,
+    cpu_rngs: Vec<ChaCha8Rng>,
+    irq_rngs: Vec<ChaCha8Rng>,
+    tick: Ns,
+    effects: Vec<Effect>,
+    metrics: Metrics,
+    checks: bool,
+}
+
+impl Sim {
+    pub fn new(sc: Scenario) -> Result<Sim, SimError> {
+        if sc.machine.cpus == 0 || sc.machine.cpus > vassal_core::MAX_CPUS {
+            return Err(SimError::Cpus(sc.machine.cpus));
+        }
+        let default = vassal_policies::build(&sc.default_policy.kind, &sc.default_policy.params)
+            .map_err(|reason| SimError::DefaultPolicy { name: sc.default_name.clone(), reason })?;
+        let cfg = HierarchyConfig { min_best_effort_ppm: sc.machine.min_best_effort_ppm };
+        let mut disp = Dispatcher::new(sc.machine.cpus, &sc.default_name, default, cfg);
+        let n = sc.machine.cpus as usize;
+        let mut tasks = Vec::with_capacity(sc.tasks.len());
+        let mut handlers: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut task_index = BTreeMap::new();
+        for (i, spec) in sc.tasks.iter().enumerate() {
+            let id = disp.add_task(0, spec.params.clone(), spec.affinity, None, false);
+            if let Behaviour::Handler { vector, .. } = spec.behaviour {
+                handlers.entry(vector).or_default().push(i);
+            }
+            task_index.insert(spec.name.clone(), i);
+            tasks.push(SimTask {
+                id,
+                rng: rng_for(sc.seed, 1, i as u64),
+                remaining: 0,
+                work: Work::Plain,
+                wait: Wait::NotStarted,
+                wake_gen: 0,
+                phase: 0,
+                timer_target: None,
+                jobs: VecDeque::new(),
+                released: 0,
+                irqs: VecDeque::new(),
+                looping: false,
+            });
+        }
+        let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
+        let metrics = Metrics::new(sc.machine.cpus, sc.tasks.iter().map(|t| t.name.clone()));
+        let mut sim = Sim {
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            disp,
+            cpus: (0..n).map(|_| Cpu::default()).collect(),
+            tasks,
+            sched_ids: vec![None; sc.schedulers.len()],
+            sched_events: BTreeMap::new(),
+            next_event_gen: 0,
+            handlers,
+            task_index,
+            cpu_rngs: (0..n).map(|c| rng_for(sc.seed, 2, c as u64)).collect(),
+            irq_rngs: (0..sc.interrupts.len()).map(|k| rng_for(sc.seed, 3, k as u64)).collect(),
+            tick,
+            effects: Vec::new(),
+            metrics,
+            checks: false,
+            sc: Arc::new(sc),
+        };
+        sim.queue_initial_events();
+        Ok(sim)
+    }
+
+    /// Checks the dispatcher's and the engine's invariants after every event (slow; for tests).
+    pub fn set_checks(&mut self, on: bool) {
+        self.checks = on;
+    }
+
+    fn push(&mut self, at: Ns, ev: Ev) {
+        if at > self.sc.until {
+            return;
+        }
+        self.seq += 1;
+        self.queue.push(Reverse(Entry { at, seq: self.seq, ev }));
+    }
+
+    /// Rounds a timer expiry up to the clock's resolution.
+    fn quantise(&self, at: Ns) -> Ns {
+        match self.sc.machine.clock {
+            ClockMode::OneShot => at,
+            ClockMode::Tick => at.div_ceil(self.tick).saturating_mul(self.tick),
+        }
+    }
+
+    fn queue_initial_events(&mut self) {
+        let sc = Arc::clone(&self.sc);
+        for (k, s) in sc.schedulers.iter().enumerate() {
+            self.push(s.load_at, Ev::LoadSched(k));
+            if let Some(t) = s.unload_at {
+                self.push(t, Ev::UnloadSched(k));
+            }
+        }
+        for (i, t) in sc.tasks.iter().enumerate() {
+            self.push(t.start, Ev::TaskStart(i));
+            if let Behaviour::Periodic { offset, .. } = t.behaviour {
+                self.push(t.start + offset, Ev::JobRelease(i));
+            }
+            if let Some(at) = t.loop_at {
+                self.push(at, Ev::LoopFault(i));
+            }
+        }
+        if self.tick > 0 {
+            self.push(self.tick, Ev::Tick);
+        }
+        for k in 0..self.sc.interrupts.len() {
+            let gap = sample(&self.sc.interrupts[k].every, &mut self.irq_rngs[k]).max(1);
+            self.push(self.sc.interrupts[k].start + gap, Ev::Interrupt(k));
+        }
+        if let Some(u) = &sc.machine.unscheduled {
+            for c in 0..self.cpus.len() {
+                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
+                self.push(gap, Ev::Unscheduled(c as u16));
+            }
+        }
+    }
+
+    /// Runs to the horizon and reports.
+    pub fn run(mut self) -> Result<Report, SimError> {
+        while let Some(Reverse(e)) = self.queue.pop() {
+            self.now = e.at;
+            self.metrics.events += 1;
+            self.handle(e.ev);
+            self.flush();
+            if self.checks {
+                self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
+            }
+        }
+        self.now = self.sc.until;
+        for c in 0..self.cpus.len() {
+            self.settle(c);
+        }
+        if self.checks {
+            self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
+        }
+        Ok(self.report())
+    }
+
+    /// The engine's invariants (beyond the dispatcher's own).
+    pub fn check(&self) -> Result<(), String> {
+        self.disp.check_invariants()?;
+        for (c, cpu) in self.cpus.iter().enumerate() {
+            let d = self.disp.running(CpuId(c as u16)).map(|t| t.0 as usize);
+            if d != cpu.current {
+                return Err(format!("cpu{c}: engine runs {:?}, dispatcher says {:?}", cpu.current, d));
+            }
+            let m = &self.metrics.cpus[c];
+            if m.busy_ns + m.overhead_ns > cpu.settled {
+                return Err(format!("cpu{c}: busy {} + overhead {} exceed elapsed {}", m.busy_ns, m.overhead_ns, cpu.settled));
+            }
+        }
+        for (i, t) in self.tasks.iter().enumerate() {
+            let st = self.disp.state(t.id);
+            let waiting = !matches!(t.wait, Wait::None);
+            if st.is_runnable() == waiting && !matches!(t.wait, Wait::Exited) {
+                return Err(format!("task {} is {st:?} but the engine has it waiting for {:?}", self.sc.tasks[i].name, t.wait));
+            }
+            if matches!(t.wait, Wait::Exited) != (st == TaskState::Dead) {
+                return Err(format!("task {} exit state disagrees ({st:?})", self.sc.tasks[i].name));
+            }
+        }
+        Ok(())
+    }
+
+    // ----- accounting -----
+
+    /// Accounts CPU `c` up to now: overhead until `busy_until`, then progress of the
+    /// running task (or idle).
+    fn settle(&mut self, c: usize) {
+        let now = self.now;
+        let cpu = &mut self.cpus[c];
+        if now <= cpu.settled {
+            return;
+        }
+        let from = cpu.settled;
+        let ov_end = now.min(cpu.busy_until);
+        if ov_end > from {
+            self.metrics.overhead(c, ov_end - from);
+        }
+        let run_from = from.max(cpu.busy_until);
+        cpu.settled = now;
+        if let Some(i) = cpu.current {
+            if now > run_from {
+                let ran = now - run_from;
+                let t = &mut self.tasks[i];
+                if t.remaining != FOREVER {
+                    t.remaining = t.remaining.saturating_sub(ran);
+                }
+                self.metrics.ran(i, c, ran);
+                self.disp.account(now, t.id, CpuId(c as u16), ran);
+            }
+        }
+    }
+
+    /// Plans the next event on CPU `c`: the current burst's completion or its slice end.
+    fn replan(&mut self, c: usize) {
+        let now = self.now;
+        let cpu = &mut self.cpus[c];
+        cpu.gen += 1;
+        let gen = cpu.gen;
+        let Some(i) = cpu.current else { return };
+        let remaining = self.tasks[i].remaining;
+        let done = if remaining == FOREVER { FOREVER } else { now.max(cpu.busy_until).saturating_add(remaining) };
+        let at = done.min(cpu.slice_end.unwrap_or(FOREVER));
+        if at != FOREVER {
+            self.push(at, Ev::CpuTimer(c as u16, gen));
+        }
+    }
+
+    // ----- decisions -----
+
+    fn schedule(&mut self, c: usize, why: Preempt) {
+        self.settle(c);
+        let prev = self.cpus[c].current.take();
+        let d = self.disp.schedule(self.now, CpuId(c as u16), why);
+        if let Some(p) = prev {
+            if d.map(|d| d.task) != Some(self.tasks[p].id) {
+                self.metrics.runnable(p, self.now);
+            }
+            self.cpus[c].current = Some(p); // for start(): the task this CPU switches from
+        }
+        match d {
+            Some(d) => self.start(c, d),
+            None => {
+                self.cpus[c].current = None;
+                self.cpus[c].slice_end = None;
+                self.replan(c);
+            }
+        }
+    }
+
+    fn start(&mut self, c: usize, d: Dispatched) {
+        let i = d.task.0 as usize;
+        let now = self.now;
+        if self.cpus[c].current != Some(i) {
+            let m = &self.sc.machine;
+            let cost = m.switch_cost + if d.migrated { m.migration_cost } else { 0 };
+            let cpu = &mut self.cpus[c];
+            cpu.busy_until = cpu.busy_until.max(now) + cost;
+            self.metrics.switched_in(i, d.migrated);
+        }
+        let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
+        let cpu = &mut self.cpus[c];
+        cpu.current = Some(i);
+        cpu.slice_end = slice_end;
+        let run_from = now.max(cpu.busy_until);
+        self.metrics.started(i, run_from);
+        self.replan(c);
+    }
+
+    /// Applies the effects policies asked for and makes every pending decision, until
+    /// nothing is left to do at this instant.
+    fn flush(&mut self) {
+        loop {
+            let mut effects = std::mem::take(&mut self.effects);
+            self.disp.drain_effects(&mut effects);
+            for e in effects.drain(..) {
+                match e {
+                    Effect::Resched(cpu) => {
+                        if let Some(c) = self.cpus.get_mut(cpu.0 as usize) {
+                            c.pending_resched = true;
+                        }
+                    }
+                    Effect::SetEvent { sched, token, at } => {
+                        self.next_event_gen += 1;
+                        let gen = self.next_event_gen;
+                        self.sched_events.insert((sched, token), gen);
+                        let at = self.quantise(at.max(self.now));
+                        self.push(at, Ev::SchedEvent(sched, token, gen));
+                    }
+                    Effect::CancelEvent { sched, token } => {
+                        self.sched_events.remove(&(sched, token));
+                    }
+                }
+            }
+            self.effects = effects;
+            let Some(c) = self.cpus.iter().position(|c| c.pending_resched) else { break };
+            self.cpus[c].pending_resched = false;
+            let cpu = &mut self.cpus[c];
+            if cpu.resched_at != self.now {
+                cpu.resched_at = self.now;
+                cpu.resched_count = 0;
+            }
+            cpu.resched_count += 1;
+            if cpu.resched_count == RESCHED_LIMIT {
+                self.metrics.note(self.now, format!("cpu{c}: over {RESCHED_LIMIT} reschedules at one instant; ignoring more"));
+            }
+            if cpu.resched_count < RESCHED_LIMIT {
+                self.schedule(c, Preempt::Resched);
+            }
+        }
+    }
+
+    // ----- events -----
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::LoadSched(k) => self.load_sched(k),
+            Ev::UnloadSched(k) => self.unload_sched(k),
+            Ev::TaskStart(i) => {
+                if let Some(name) = self.sc.tasks[i].scheduler.clone() {
+                    self.send(i, &name, Request::Join);
+                }
+                self.tasks[i].wait = Wait::Timer { voluntary: true };
+                self.resume(i);
+            }
+            Ev::TaskWake(i, gen) => {
+                if self.tasks[i].wake_gen == gen && matches!(self.tasks[i].wait, Wait::Timer { .. }) {
+                    self.resume(i);
+                }
+            }
+            Ev::JobRelease(i) => self.release_job(i),
+            Ev::LoopFault(i) => self.loop_fault(i),
+            Ev::CpuTimer(c, gen) => {
+                let c = c as usize;
+                if self.cpus[c].gen != gen {
+                    return;
+                }
+                self.settle(c);
+                let Some(i) = self.cpus[c].current else { return };
+                if self.tasks[i].remaining == 0 {
+                    self.after_burst(i, c);
+                } else if self.cpus[c].slice_end.is_some_and(|e| e <= self.now) {
+                    self.schedule(c, Preempt::SliceExpired);
+                } else {
+                    self.replan(c);
+                }
+            }
+            Ev::Tick => {
+                for c in 0..self.cpus.len() {
+                    self.settle(c);
+                    self.disp.tick(self.now, CpuId(c as u16));
+                }
+                self.push(self.now + self.tick, Ev::Tick);
+            }
+            Ev::SchedEvent(sched, token, gen) => {
+                if self.sched_events.get(&(sched, token)) == Some(&gen) {
+                    self.sched_events.remove(&(sched, token));
+                    for c in 0..self.cpus.len() {
+                        self.settle(c);
+                    }
+                    self.disp.fire_event(self.now, sched, token);
+                }
+            }
+            Ev::Interrupt(k) => self.interrupt(k),
+            Ev::Unscheduled(c) => {
+                let c = c as usize;
+                self.settle(c);
+                let Some(u) = self.sc.machine.unscheduled.as_ref() else { return };
+                let dur = sample(&u.duration, &mut self.cpu_rngs[c]);
+                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
+                let cpu = &mut self.cpus[c];
+                cpu.busy_until = cpu.busy_until.max(self.now) + dur;
+                self.replan(c);
+                self.push(self.now + gap, Ev::Unscheduled(c as u16));
+            }
+        }
+    }
+
+    fn load_sched(&mut self, k: usize) {
+        let spec = self.sc.schedulers[k].clone();
+        let policy = match vassal_policies::build(&spec.policy.kind, &spec.policy.params) {
+            Ok(p) => p,
+            Err(e) => {
+                self.metrics.note(self.now, format!("scheduler '{}' not loaded: {e}", spec.name));
+                return;
+            }
+        };
+        // Schedulers listed earlier in the file sit higher.
+        let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
+        match self.disp.register(&spec.name, policy, spec.usage, pos) {
+            Ok(id) => {
+                self.sched_ids[k] = Some(id);
+                self.metrics.note(self.now, format!("scheduler '{}' ({}) loaded", spec.name, spec.policy.kind));
+            }
+            Err(e) => self.metrics.note(self.now, format!("scheduler '{}' refused: {e}", spec.name)),
+        }
+    }
+
+    fn unload_sched(&mut self, k: usize) {
+        let Some(id) = self.sched_ids[k].take() else { return };
+        for c in 0..self.cpus.len() {
+            self.settle(c);
+        }
+        match self.disp.unregister(self.now, id) {
+            Ok(moved) => self.metrics.note(
+                self.now,
+                format!("scheduler '{}' unloaded; {} task(s) returned to the default", self.sc.schedulers[k].name, moved.len()),
+            ),
+            Err(e) => self.metrics.note(self.now, format!("unloading '{}' failed: {e}", self.sc.schedulers[k].name)),
+        }
+    }
+
+    /// Sends a message from task `i` to the scheduler named `to`.
+    fn send(&mut self, i: usize, to: &str, req: Request) -> Reply {
+        let spec = &self.sc.tasks[i];
+        let from = Sender { task: Some(self.tasks[i].id), uid: spec.uid };
+        let sched = match req {
+            Request::Leave => self.disp.owner(self.tasks[i].id),
+            _ => self.disp.lookup(to),
+        };
+        self.metrics.tasks[i].messages += 1;
+        let reply = match sched {
+            Some(s) => {
+                for c in 0..self.cpus.len() {
+                    self.settle(c);
+                }
+                self.disp.message(self.now, s, from, self.tasks[i].id, &req)
+            }
+            None => Reply::refused(format!("no scheduler named '{to}' is loaded")),
+        };
+        if let Reply::Refused(why) = &reply {
+            self.metrics.tasks[i].refused_messages += 1;
+            let name = self.sc.tasks[i].name.clone();
+            self.metrics.note(self.now, format!("{name}: {req:?} to '{to}' refused: {why}"));
+        }
+        reply
+    }
+
+    // ----- task behaviour -----
+
+    /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
+    fn step(&mut self, i: usize) -> Step {
+        let now = self.now;
+        if self.tasks[i].looping {
+            let t = &mut self.tasks[i];
+            t.remaining = FOREVER;
+            t.work = Work::Plain;
+            return Step::Run;
+        }
+        let behaviour = &self.sc.tasks[i].behaviour;
+        let t = &mut self.tasks[i];
+        match behaviour {
+            Behaviour::Cpu { work } => {
+                if t.phase == 0 {
+                    t.phase = 1;
+                    t.remaining = work.unwrap_or(FOREVER);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    Step::Exit
+                }
+            }
+            Behaviour::Periodic { exec, jobs, .. } => {
+                if let Some(&(release, deadline)) = t.jobs.front() {
+                    t.remaining = sample(exec, &mut t.rng);
+                    t.work = Work::Job { release, deadline };
+                    Step::Run
+                } else if jobs.is_some_and(|n| t.released >= n) {
+                    Step::Exit
+                } else {
+                    t.wait = Wait::Job;
+                    Step::Block { voluntary: true, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Interactive { burst, think } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(burst, &mut t.rng);
+                    t.work = Work::Burst { start: now };
+                    Step::Run
+                } else {
+                    let wake_at = now + sample(think, &mut t.rng);
+                    Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None }
+                }
+            }
+            Behaviour::Io { run, sleep, voluntary } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(run, &mut t.rng);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    let wake_at = now + sample(sleep, &mut t.rng);
+                    Step::Block { voluntary: *voluntary, wake_at: Some(wake_at), hand_off: None }
+                }
+            }
+            Behaviour::Handler { work, .. } => {
+                if let Some(arrival) = t.irqs.pop_front() {
+                    t.remaining = sample(work, &mut t.rng);
+                    t.work = Work::Irq { arrival };
+                    Step::Run
+                } else {
+                    t.wait = Wait::Interrupt;
+                    Step::Block { voluntary: true, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Script { .. } => self.step_script(i),
+        }
+    }
+
+    fn step_script(&mut self, i: usize) -> Step {
+        let sc = Arc::clone(&self.sc);
+        let Behaviour::Script { phases, repeat } = &sc.tasks[i].behaviour else { unreachable!() };
+        let (len, repeat) = (phases.len(), *repeat);
+        // A script whose whole loop takes no time would spin forever at one instant.
+        for _ in 0..=2 * len {
+            let now = self.now;
+            let t = &mut self.tasks[i];
+            if t.phase >= len {
+                if !repeat || len == 0 {
+                    return Step::Exit;
+                }
+                t.phase = 0;
+            }
+            let phase = &phases[t.phase];
+            t.phase += 1;
+            match phase {
+                Phase::Run(d) => {
+                    t.remaining = sample(d, &mut t.rng);
+                    t.work = Work::Plain;
+                    return Step::Run;
+                }
+                Phase::Sleep(d) => {
+                    let wake_at = now + sample(d, &mut t.rng);
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
+                }
+                Phase::Fault(d) => {
+                    let wake_at = now + sample(d, &mut t.rng);
+                    return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
+                }
+                &Phase::Timer(period) => {
+                    let mut target = t.timer_target.map_or(now + period, |p| p + period);
+                    while target < now {
+                        target += period;
+                    }
+                    t.timer_target = Some(target);
+                    return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
+                }
+                Phase::Yield => {
+                    t.remaining = 0;
+                    return Step::Yield;
+                }
+                Phase::HandOff { to, sleep } => {
+                    let wake_at = now + sample(sleep, &mut t.rng);
+                    let hand_off = self.task_index.get(to).copied();
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off };
+                }
+                Phase::Send(s) => {
+                    self.send(i, &s.to, s.request.clone());
+                }
+                Phase::Join(name) => {
+                    self.send(i, name, Request::Join);
+                }
+                Phase::Leave => {
+                    self.send(i, "", Request::Leave);
+                }
+            }
+        }
+        let name = self.sc.tasks[i].name.clone();
+        self.metrics.note(self.now, format!("{name}: script makes no progress; task exits"));
+        Step::Exit
+    }
+
+    /// Records the response of the burst that just completed.
+    fn complete(&mut self, i: usize) {
+        let now = self.now;
+        match self.tasks[i].work {
+            Work::Plain => {}
+            Work::Job { release, deadline } => {
+                self.tasks[i].jobs.pop_front();
+                self.metrics.job(i, release, now, deadline);
+            }
+            Work::Burst { start } | Work::Irq { arrival: start } => self.metrics.response(i, now - start),
+        }
+        self.tasks[i].work = Work::Plain;
+    }
+
+    /// A task that is not runnable continues its behaviour (start, timer, job, interrupt).
+    fn resume(&mut self, i: usize) {
+        let voluntary = match self.tasks[i].wait {
+            Wait::Timer { voluntary } => voluntary,
+            Wait::Exited | Wait::None => return,
+            _ => true,
+        };
+        let step = self.step(i);
+        self.resume_with(i, step, Wake { voluntary, ..Wake::default() });
+    }
+
+    fn resume_with(&mut self, i: usize, step: Step, wake: Wake) {
+        match step {
+            Step::Run | Step::Yield => {
+                self.tasks[i].wait = Wait::None;
+                self.disp.wake(self.now, self.tasks[i].id, wake);
+                self.metrics.runnable(i, self.now);
+            }
+            Step::Block { voluntary, wake_at, .. } => self.arm_wait(i, voluntary, wake_at),
+            Step::Exit => self.exit(i),
+        }
+    }
+
+    fn arm_wait(&mut self, i: usize, voluntary: bool, wake_at: Option<Ns>) {
+        if let Some(at) = wake_at {
+            let t = &mut self.tasks[i];
+            t.wait = Wait::Timer { voluntary };
+            t.wake_gen += 1;
+            let gen = t.wake_gen;
+            let at = if voluntary { self.quantise(at) } else { at };
+            self.push(at.max(self.now), Ev::TaskWake(i, gen));
+        }
+    }
+
+    /// The running task `i` on CPU `c` finished its burst of work.
+    fn after_burst(&mut self, i: usize, c: usize) {
+        self.complete(i);
+        match self.step(i) {
+            Step::Run => self.replan(c),
+            Step::Yield => self.schedule(c, Preempt::Yield),
+            Step::Block { voluntary, wake_at, hand_off } => {
+                self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
+                self.metrics.blocked(i);
+                self.cpus[c].current = None;
+                if wake_at.is_some() {
+                    self.arm_wait(i, voluntary, wake_at);
+                }
+                let handed = hand_off.and_then(|h| self.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
+                match handed {
+                    Some(d) => self.start(c, d),
+                    None => self.schedule(c, Preempt::Resched),
+                }
+            }
+            Step::Exit => {
+                self.cpus[c].current = None;
+                self.exit(i);
+                self.schedule(c, Preempt::Resched);
+            }
+        }
+    }
+
+    fn exit(&mut self, i: usize) {
+        let t = &mut self.tasks[i];
+        t.wait = Wait::Exited;
+        t.wake_gen += 1;
+        let id = t.id;
+        if let Some(c) = self.disp.remove_task(self.now, id) {
+            let c = c.0 as usize;
+            self.cpus[c].current = None;
+            self.schedule(c, Preempt::Resched);
+        }
+        self.metrics.blocked(i);
+    }
+
+    fn release_job(&mut self, i: usize) {
+        let Behaviour::Periodic { period, deadline, jobs, .. } = self.sc.tasks[i].behaviour else { return };
+        let t = &mut self.tasks[i];
+        if matches!(t.wait, Wait::Exited | Wait::NotStarted) || jobs.is_some_and(|n| t.released >= n) {
+            return;
+        }
+        t.released += 1;
+        t.jobs.push_back((self.now, self.now + deadline));
+        let more = jobs.map_or(true, |n| t.released < n);
+        if matches!(t.wait, Wait::Job) {
+            self.resume(i);
+        }
+        if more {
+            self.push(self.now + period, Ev::JobRelease(i));
+        }
+    }
+
+    fn interrupt(&mut self, k: usize) {
+        let src = self.sc.interrupts[k].clone();
+        self.metrics.interrupts += 1;
+        let handlers = self.handlers.get(&src.vector).cloned().unwrap_or_default();
+        for h in handlers {
+            if matches!(self.tasks[h].wait, Wait::Exited | Wait::NotStarted) {
+                continue;
+            }
+            self.tasks[h].irqs.push_back(self.now);
+            if self.tasks[h].wait == Wait::Interrupt {
+                let step = self.step(h);
+                let wake = Wake { voluntary: true, interrupt: Some(src.vector), warp: src.warp };
+                self.resume_with(h, step, wake);
+            }
+        }
+        let gap = sample(&src.every, &mut self.irq_rngs[k]).max(1);
+        self.push(self.now + gap, Ev::Interrupt(k));
+    }
+
+    /// The task turns into an infinite loop.
+    fn loop_fault(&mut self, i: usize) {
+        let name = self.sc.tasks[i].name.clone();
+        let t = &mut self.tasks[i];
+        if matches!(t.wait, Wait::Exited) {
+            return;
+        }
+        t.looping = true;
+        t.remaining = FOREVER;
+        t.work = Work::Plain;
+        self.metrics.note(self.now, format!("{name}: fault — now an infinite loop"));
+        match self.disp.state(self.tasks[i].id) {
+            TaskState::Running(c) => {
+                self.settle(c.0 as usize);
+                self.tasks[i].remaining = FOREVER;
+                self.replan(c.0 as usize);
+            }
+            TaskState::Blocked => {
+                if matches!(self.tasks[i].wait, Wait::NotStarted) {
+                    return; // it starts looping when it starts
+                }
+                self.tasks[i].wake_gen += 1;
+                self.resume_with(i, Step::Run, Wake { voluntary: true, ..Wake::default() });
+            }
+            _ => {}
+        }
+    }
+
+    // ----- the report -----
+
+    fn report(self) -> Report {
+        let elapsed = self.sc.until;
+        let total: Ns = self.metrics.tasks.iter().map(|t| t.cpu_ns).sum();
+        let tasks = self
+            .metrics
+            .tasks
+            .iter()
+            .zip(&self.tasks)
+            .map(|(m, t)| TaskReport {
+                name: m.name.clone(),
+                scheduler: self.disp.owner(t.id).and_then(|s| self.disp.sched_name(s)).unwrap_or("-").to_string(),
+                cpu_ns: m.cpu_ns,
+                share: if total > 0 { m.cpu_ns as f64 / total as f64 } else { 0.0 },
+                cpu_frac: if elapsed > 0 { m.cpu_ns as f64 / elapsed as f64 } else { 0.0 },
+                latency: m.latency.summary(),
+                response: m.response.summary(),
+                jobs_met: m.jobs_met,
+                jobs_missed: m.jobs_missed,
+                lateness: m.lateness.summary(),
+                switches: m.switches,
+                migrations: m.migrations,
+                messages: m.messages,
+                refused_messages: m.refused_messages,
+            })
+            .collect();
+        let cpus = self
+            .metrics
+            .cpus
+            .iter()
+            .enumerate()
+            .map(|(c, m)| CpuReport {
+                cpu: c as u16,
+                busy_ns: m.busy_ns,
+                overhead_ns: m.overhead_ns,
+                idle_ns: elapsed - m.busy_ns - m.overhead_ns,
+                utilisation: if elapsed > 0 { m.busy_ns as f64 / elapsed as f64 } else { 0.0 },
+            })
+            .collect();
+        let stats = self.disp.stats();
+        let schedulers = self
+            .disp
+            .schedulers()
+            .into_iter()
+            .map(|s| SchedReport { name: s.name, kind: s.kind, usage: s.usage.describe(), decided: s.decided, refused: s.refused })
+            .collect();
+        Report {
+            scenario: self.sc.name.clone(),
+            seed: self.sc.seed,
+            elapsed_ns: elapsed,
+            tasks,
+            cpus,
+            schedulers,
+            totals: Totals {
+                events: self.metrics.events,
+                decisions: stats.decisions,
+                picks: stats.picks,
+                idle_decisions: stats.idle,
+                refused_decisions: stats.refused,
+                hand_offs: stats.hand_offs,
+                switches: self.metrics.switches,
+                migrations: self.metrics.migrations,
+                interrupts: self.metrics.interrupts,
+                overhead_ns: self.metrics.cpus.iter().map(|c| c.overhead_ns).sum(),
+            },
+            log: self.metrics.log,
+        }
+    }
+}
+
+/// Runs a scenario to its horizon.
+pub fn simulate(sc: Scenario) -> Result<Report, SimError> {
+    Sim::new(sc)?.run()
+}

@@ -1,0 +1,152 @@
+//! Metrics the simulator keeps: per task CPU time and share, dispatch latency
+//! (runnable → running), response time per job/burst, deadlines met and missed with
+//! lateness, context switches and migrations; per CPU busy/idle/overhead; totals.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use vassal_core::Ns;
+
+/// A distribution of durations (ns) with exact count, mean, min and max, and
+/// percentiles to 2 significant digits (1%). The histogram is allocated on the first
+/// sample and grows with the largest value, so thousands of tasks stay cheap.
+#[derive(Clone, Default)]
+pub struct Hist {
+    h: Option<Histogram<u64>>,
+    sum: u128,
+    min: u64,
+    max: u64,
+}
+
+impl Hist {
+    pub fn record(&mut self, v: Ns) {
+        let h = self.h.get_or_insert_with(|| {
+            let mut h = Histogram::new(2).expect("2 significant digits is valid");
+            h.auto(true);
+            h
+        });
+        // auto-resizing: recording cannot fail for a u64 value
+        h.saturating_record(v);
+        self.min = if h.len() == 1 { v } else { self.min.min(v) };
+        self.max = self.max.max(v);
+        self.sum += v as u128;
+    }
+    pub fn count(&self) -> u64 {
+        self.h.as_ref().map_or(0, |h| h.len())
+    }
+    pub fn summary(&self) -> Summary {
+        let Some(h) = self.h.as_ref().filter(|h| h.len() > 0) else { return Summary::default() };
+        let n = h.len();
+        Summary {
+            count: n,
+            mean_ns: (self.sum / n as u128) as u64,
+            // percentiles are clamped to the exact extremes
+            p50_ns: h.value_at_quantile(0.5).clamp(self.min, self.max),
+            p99_ns: h.value_at_quantile(0.99).clamp(self.min, self.max),
+            max_ns: self.max,
+            min_ns: self.min,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct TaskMetrics {
+    pub name: String,
+    pub cpu_ns: Ns,
+    pub latency: Hist,
+    pub response: Hist,
+    pub lateness: Hist,
+    pub jobs_met: u64,
+    pub jobs_missed: u64,
+    pub switches: u64,
+    pub migrations: u64,
+    pub messages: u64,
+    pub refused_messages: u64,
+    /// Became runnable at this time and has not been dispatched since.
+    pub runnable_since: Option<Ns>,
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct CpuMetrics {
+    pub busy_ns: Ns,
+    pub overhead_ns: Ns,
+}
+
+/// Everything measured during one run.
+#[derive(Default)]
+pub struct Metrics {
+    pub tasks: Vec<TaskMetrics>,
+    pub cpus: Vec<CpuMetrics>,
+    pub switches: u64,
+    pub migrations: u64,
+    pub events: u64,
+    pub interrupts: u64,
+    pub log: Vec<String>,
+}
+
+impl Metrics {
+    pub fn new(ncpus: u16, names: impl IntoIterator<Item = String>) -> Self {
+        Metrics {
+            tasks: names.into_iter().map(|name| TaskMetrics { name, ..Default::default() }).collect(),
+            cpus: vec![CpuMetrics::default(); ncpus as usize],
+            ..Default::default()
+        }
+    }
+    pub fn runnable(&mut self, task: usize, now: Ns) {
+        let t = &mut self.tasks[task];
+        if t.runnable_since.is_none() {
+            t.runnable_since = Some(now);
+        }
+    }
+    /// The task starts executing at `start` (after any switch cost).
+    pub fn started(&mut self, task: usize, start: Ns) {
+        if let Some(since) = self.tasks[task].runnable_since.take() {
+            self.tasks[task].latency.record(start.saturating_sub(since));
+        }
+    }
+    /// The task stopped being runnable: no latency sample pending.
+    pub fn blocked(&mut self, task: usize) {
+        self.tasks[task].runnable_since = None;
+    }
+    pub fn switched_in(&mut self, task: usize, migrated: bool) {
+        self.switches += 1;
+        self.tasks[task].switches += 1;
+        if migrated {
+            self.migrations += 1;
+            self.tasks[task].migrations += 1;
+        }
+    }
+    pub fn ran(&mut self, task: usize, cpu: usize, ns: Ns) {
+        self.tasks[task].cpu_ns += ns;
+        self.cpus[cpu].busy_ns += ns;
+    }
+    pub fn overhead(&mut self, cpu: usize, ns: Ns) {
+        self.cpus[cpu].overhead_ns += ns;
+    }
+    pub fn response(&mut self, task: usize, ns: Ns) {
+        self.tasks[task].response.record(ns);
+    }
+    /// A job with a deadline finished at `finish`.
+    pub fn job(&mut self, task: usize, release: Ns, finish: Ns, deadline: Ns) {
+        let t = &mut self.tasks[task];
+        t.response.record(finish - release);
+        if finish <= deadline {
+            t.jobs_met += 1;
+        } else {
+            t.jobs_missed += 1;
+            t.lateness.record(finish - deadline);
+        }
+    }
+    pub fn note(&mut self, now: Ns, text: impl AsRef<str>) {
+        self.log.push(format!("{:>4}.{:09}s {}", now / 1_000_000_000, now % 1_000_000_000, text.as_ref()));
+    }
+}

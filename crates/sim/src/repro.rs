@@ -1,0 +1,229 @@
+//! `vassal repro`: runs the experiments kept under experiments/ and compares each result
+//! with the paper's value.
+//!
+//! An experiment file is a scenario (docs/scenario.md) plus `[[expect]]` rows:
+//!
+//! ```toml
+//! [[expect]]
+//! id = "baseline.rr.share.spread"   # stable row id
+//! metric = "tasks.share.spread"      # what to measure in the report (see `metric`)
+//! paper = 0.0                        # the paper's (or textbook's) value
+//! tolerance = 0.01                   # allowed difference
+//! compare = "abs"                    # "abs": |ours - paper| <= tolerance (default)
+//!                                    # "at_most": ours <= paper + tolerance
+//!                                    # "at_least": ours >= paper - tolerance
+//! why = "RR gives equal shares; 1% covers the last partial quantum"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Report, TaskReport};
+use crate::scenario::load_scenario;
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compare {
+    #[default]
+    Abs,
+    AtMost,
+    AtLeast,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub id: String,
+    pub metric: String,
+    pub paper: f64,
+    pub tolerance: f64,
+    #[serde(default)]
+    pub compare: Compare,
+    pub why: String,
+}
+
+/// One result row. `--json` prints an array of these with exactly these keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    pub id: String,
+    pub paper: f64,
+    pub ours: f64,
+    pub tolerance: f64,
+    pub pass: bool,
+}
+
+#[derive(Deserialize)]
+struct ExpectsOnly {
+    #[serde(default)]
+    expect: Vec<Expect>,
+}
+
+/// Reads the `[[expect]]` rows of an experiment file.
+pub fn read_expects(path: &Path) -> Result<Vec<Expect>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let parsed: ExpectsOnly = toml::from_str::<toml::Table>(&text)
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|mut t| {
+            let only: toml::Table = t.remove("expect").map(|e| [("expect".to_string(), e)].into_iter().collect()).unwrap_or_default();
+            only.try_into().map_err(|e: toml::de::Error| format!("{}: [[expect]]: {e}", path.display()))
+        })?;
+    if parsed.expect.is_empty() {
+        return Err(format!("{}: an experiment needs at least one [[expect]] row", path.display()));
+    }
+    for e in &parsed.expect {
+        if !e.paper.is_finite() || !e.tolerance.is_finite() || e.tolerance < 0.0 {
+            return Err(format!("{}: expect '{}': paper and tolerance must be finite, tolerance >= 0", path.display(), e.id));
+        }
+    }
+    Ok(parsed.expect)
+}
+
+fn task_field(t: &TaskReport, field: &str) -> Result<f64, String> {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Ok(match field {
+        "share" => t.share,
+        "cpu_frac" => t.cpu_frac,
+        "cpu_ms" => ms(t.cpu_ns),
+        "latency_p50_ms" => ms(t.latency.p50_ns),
+        "latency_p99_ms" => ms(t.latency.p99_ns),
+        "latency_max_ms" => ms(t.latency.max_ns),
+        "latency_mean_ms" => ms(t.latency.mean_ns),
+        "response_p50_ms" => ms(t.response.p50_ns),
+        "response_p99_ms" => ms(t.response.p99_ns),
+        "response_max_ms" => ms(t.response.max_ns),
+        "response_mean_ms" => ms(t.response.mean_ns),
+        "responses" => t.response.count as f64,
+        "jobs_met" => t.jobs_met as f64,
+        "jobs_missed" => t.jobs_missed as f64,
+        "miss_ratio" => {
+            let n = t.jobs_met + t.jobs_missed;
+            if n == 0 { 0.0 } else { t.jobs_missed as f64 / n as f64 }
+        }
+        "lateness_max_ms" => ms(t.lateness.max_ns),
+        "switches" => t.switches as f64,
+        "migrations" => t.migrations as f64,
+        _ => return Err(format!("unknown task metric '{field}'")),
+    })
+}
+
+fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {
+    if values.is_empty() {
+        return Err("no tasks match".into());
+    }
+    let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = values.iter().sum();
+    Ok(match agg {
+        "min" => min,
+        "max" => max,
+        "sum" => sum,
+        "mean" => sum / values.len() as f64,
+        "spread" => max - min,
+        _ => return Err(format!("unknown aggregate '{agg}'; expected min, max, sum, mean or spread")),
+    })
+}
+
+/// Reads a metric from a report. Paths:
+/// - `task.NAME.FIELD` — one task (FIELD: share, cpu_frac, cpu_ms, latency_{p50,p99,max,mean}_ms,
+///   response_{p50,p99,max,mean}_ms, responses, jobs_met, jobs_missed, miss_ratio,
+///   lateness_max_ms, switches, migrations)
+/// - `tasks.FIELD.AGG` — over all tasks; `group.PREFIX.FIELD.AGG` — over tasks whose name
+///   starts with PREFIX (AGG: min, max, sum, mean, spread)
+/// - `cpu.N.utilisation`, `cpus.utilisation.AGG`
+/// - `totals.FIELD` (events, decisions, switches, migrations, refused_decisions, overhead_ms)
+pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let r = match parts.as_slice() {
+        ["task", name, field] => {
+            let t = report.task(name).ok_or_else(|| format!("no task named '{name}'"))?;
+            task_field(t, field)
+        }
+        ["tasks", field, agg] => {
+            let v = report.tasks.iter().map(|t| task_field(t, field)).collect::<Result<Vec<_>, _>>()?;
+            aggregate(&v, agg)
+        }
+        ["group", prefix, field, agg] => {
+            let v = report
+                .tasks
+                .iter()
+                .filter(|t| t.name.starts_with(prefix))
+                .map(|t| task_field(t, field))
+                .collect::<Result<Vec<_>, _>>()?;
+            aggregate(&v, agg)
+        }
+        ["cpu", n, "utilisation"] => {
+            let n: usize = n.parse().map_err(|_| format!("'{n}' is not a CPU number"))?;
+            report.cpus.get(n).map(|c| c.utilisation).ok_or_else(|| format!("no cpu {n}"))
+        }
+        ["cpus", "utilisation", agg] => aggregate(&report.cpus.iter().map(|c| c.utilisation).collect::<Vec<_>>(), agg),
+        ["totals", field] => {
+            let t = &report.totals;
+            Ok(match *field {
+                "events" => t.events as f64,
+                "decisions" => t.decisions as f64,
+                "switches" => t.switches as f64,
+                "migrations" => t.migrations as f64,
+                "refused_decisions" => t.refused_decisions as f64,
+                "overhead_ms" => t.overhead_ns as f64 / 1e6,
+                _ => return Err(format!("unknown totals field '{field}'")),
+            })
+        }
+        _ => Err("expected task.NAME.FIELD, tasks.FIELD.AGG, group.PREFIX.FIELD.AGG, cpu.N.utilisation, cpus.utilisation.AGG or totals.FIELD".into()),
+    };
+    r.map_err(|e| format!("metric '{path}': {e}"))
+}
+
+impl Expect {
+    pub fn judge(&self, ours: f64) -> Row {
+        let pass = ours.is_finite()
+            && match self.compare {
+                Compare::Abs => (ours - self.paper).abs() <= self.tolerance + 1e-12,
+                Compare::AtMost => ours <= self.paper + self.tolerance + 1e-12,
+                Compare::AtLeast => ours >= self.paper - self.tolerance - 1e-12,
+            };
+        Row { id: self.id.clone(), paper: self.paper, ours, tolerance: self.tolerance, pass }
+    }
+}
+
+/// Runs one experiment file: its scenario, then each `[[expect]]` row.
+pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
+    let expects = read_expects(path)?;
+    let scenario = load_scenario(path).map_err(|e| e.to_string())?;
+    let report = crate::simulate(scenario).map_err(|e| format!("{}: {e}", path.display()))?;
+    expects
+        .iter()
+        .map(|e| metric(&report, &e.metric).map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
+        .collect()
+}
+
+/// Every experiment file under `dir`, sorted, whose group (first directory), file stem
+/// or any row id starts with one of `names` (all when `names` is empty).
+pub fn find_experiments(dir: &Path, names: &[String]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for e in entries {
+            let p = e.map_err(|e| e.to_string())?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "toml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    if names.is_empty() {
+        return Ok(files);
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(dir).unwrap_or(&f).to_string_lossy().replace('\\', "/");
+        let ids = read_expects(&f)?.into_iter().map(|e| e.id).collect::<Vec<_>>();
+        if names.iter().any(|n| rel.starts_with(n.as_str()) || ids.iter().any(|id| id.starts_with(n.as_str()))) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,1243 @@
+//! The scenario file format: TOML in, a validated [`model::Scenario`] out.
+//!
+//! The reference is `docs/scenario.md`. Parsing happens in two stages:
+//!
+//! 1. serde into the `Raw*` structs below. Every struct refuses unknown keys
+//!    (`deny_unknown_fields`), and the small value types ([`Dur`], [`DistV`], ...) check
+//!    their own values, so the toml deserializer attaches the offending value's span to
+//!    each error.
+//! 2. Semantic checks that need more than one value (references between names,
+//!    duplicates, CPU ranges, the policy builder), using the spans kept by
+//!    [`toml::Spanned`].
+//!
+//! Either way an error is a [`ScenarioError`] naming the file, the 1-based line and
+//! column, and what was expected. Parsing never panics, whatever the input.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use vassal_core::{parse_duration, CpuId, CpuSet, Ns, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS};
+use vassal_policies::ParamValue;
+
+use crate::model::{
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec,
+    Unscheduled,
+};
+
+/// The most replicas one `[[task]]` may ask for with `count`.
+pub const MAX_COUNT: i64 = 10_000;
+/// The most tasks a scenario may have after `count` expansion.
+pub const MAX_TASKS: usize = 100_000;
+/// The default tick rate.
+pub const DEFAULT_HZ: u32 = 250;
+/// The default scheduler's name and policy when `[default]` leaves them out.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default";
+pub const DEFAULT_POLICY: &str = "rr";
+
+/// A scenario file that could not be read or is not valid. Displayed as
+/// `FILE:LINE:COL: MSG`; `line` and `col` are 1-based (0 when the file could not be read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub msg: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.msg)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// Reads and parses a scenario file. A file that cannot be read is reported with line 0.
+pub fn load_scenario(path: &Path) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_scenario(&text, &file),
+        Err(e) => Err(ScenarioError { file, line: 0, col: 0, msg: format!("cannot read scenario file: {e}") }),
+    }
+}
+
+/// Parses scenario text. `file` names it in errors, and its stem is the scenario's name
+/// when the text does not give one.
+pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
+    let src = Source { text, file };
+    let raw: RawScenario = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    Builder { src }.scenario(raw)
+}
+
+// ---------------------------------------------------------------------------------------
+// Positions
+
+struct Source<'a> {
+    text: &'a str,
+    file: &'a str,
+}
+
+impl Source<'_> {
+    /// 1-based line and column (in characters) of a byte offset.
+    fn line_col(&self, pos: usize) -> (usize, usize) {
+        let (mut line, mut col) = (1, 1);
+        for (i, c) in self.text.char_indices() {
+            if i >= pos {
+                break;
+            }
+            if c == '\n' {
+                line += 1;
+                col = 1;
+            } else {
+                col += 1;
+            }
+        }
+        (line, col)
+    }
+
+    fn err(&self, span: Range<usize>, msg: impl Into<String>) -> ScenarioError {
+        let (line, col) = self.line_col(span.start);
+        ScenarioError { file: self.file.to_string(), line, col, msg: msg.into() }
+    }
+
+    fn line_of(&self, span: &Range<usize>) -> usize {
+        self.line_col(span.start).0
+    }
+
+    fn toml_error(&self, e: &toml::de::Error) -> ScenarioError {
+        let msg = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+            .replace("unknown field", "unknown key")
+            .replace("missing field", "missing required key")
+            .replace("unknown variant", "unknown usage");
+        // toml_edit's own wording for unknown keys in an enum's table: match serde's.
+        let msg = match msg.strip_prefix("unexpected keys in table: ").and_then(|r| r.split_once(", available keys: "))
+        {
+            Some((keys, avail)) => {
+                let quote = |l: &str| l.split(", ").map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+                format!("unknown key {}, expected one of {}", quote(keys), quote(avail))
+            }
+            None => msg,
+        };
+        // Say what was expected in the file's terms, not the parser's.
+        let msg = WORDING.iter().fold(msg, |m, (from, to)| m.replace(from, to));
+        let msg = if msg.is_empty() { "invalid TOML".to_string() } else { msg };
+        self.err(e.span().unwrap_or(0..0), msg)
+    }
+}
+
+const USAGE_EXPECTED: &str =
+    "expected usage = { hard_time = { cpus = [0], util = 0.3 } }, { reserved = 0.5 } or \"best_effort\"";
+
+/// Rewordings of serde and toml messages (the only enum left to serde is the usage).
+const WORDING: &[(&str, &str)] = &[
+    ("struct RawMachine", "a table of machine keys (cpus, clock, ...)"),
+    ("struct RawUnscheduled", "a table { interval = ..., duration = ... }"),
+    ("struct RawDefault", "a table of default-scheduler keys (name, policy, params)"),
+    ("struct RawScheduler", "a [[scheduler]] table"),
+    ("struct RawTask", "a [[task]] table"),
+    ("struct RawInterrupt", "an [[interrupt]] table"),
+    ("struct RawBehaviour", "a behaviour table such as { kind = \"cpu\" }"),
+    ("struct RawPhase", "a phase table such as { run = \"1ms\" }"),
+    ("struct RawSend", "a table { to = \"scheduler\", request = \"join\" }"),
+    ("struct RawHandOff", "a table { to = \"task\", sleep = \"1ms\" }"),
+    ("struct variant RawUsage::HardTime", "a table { cpus = [0], util = 0.3 }"),
+    ("wanted string or table", USAGE_EXPECTED),
+    ("wanted exactly 1 element, more than 1 element", "usage has exactly one key"),
+    ("wanted exactly 1 element, found 0 elements", USAGE_EXPECTED),
+    ("invalid type: map", "invalid type: table"),
+    ("invalid type: sequence", "invalid type: array"),
+    ("expected a map", "expected a table"),
+    ("expected a sequence", "expected an array"),
+    ("expected i64", "expected an integer"),
+    ("expected u64", "expected an integer from 0 to 18446744073709551615"),
+    ("expected u32", "expected an integer from 0 to 4294967295"),
+    ("expected a boolean", "expected true or false"),
+];
+
+// ---------------------------------------------------------------------------------------
+// Value types that check themselves during deserialization (errors get the value's span)
+
+const DURATION_EXPECTED: &str = "a duration string with a unit (ns, us, ms, s), e.g. \"10ms\"";
+
+fn unitless<E: de::Error>(v: impl fmt::Display) -> E {
+    E::custom(format!(
+        "duration {v} has no unit; a unit is needed, e.g. \"{}ms\" (units: ns, us, ms, s)",
+        v.to_string().trim_matches('"')
+    ))
+}
+
+/// Parses a duration string; a missing unit gets the same message as a bare number.
+fn dur_str<E: de::Error>(s: &str) -> Result<Ns, E> {
+    match parse_duration(s) {
+        Err(vassal_core::DurationError::MissingUnit(n)) => Err(unitless(format_args!("\"{n}\""))),
+        r => r.map_err(E::custom),
+    }
+}
+
+/// A duration written as a string with a unit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Dur(Ns);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(DURATION_EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Dur, E> {
+                dur_str(s).map(Dur)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                if v < 0 {
+                    return Err(E::custom(format!("duration {v} is negative; durations must be zero or more")));
+                }
+                Err(unitless(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Err(unitless(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
+                if v < 0.0 {
+                    return Err(E::custom(format!("duration {v} is negative; durations must be zero or more")));
+                }
+                Err(unitless(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A distribution of durations: a duration string (constant), or a table with one key:
+/// `uniform = [lo, hi]`, `exp = mean`, `normal = [mean, sd]`.
+#[derive(Clone, Debug, PartialEq)]
+struct DistV(Dist);
+
+const DIST_EXPECTED: &str =
+    "a duration such as \"5ms\" or a distribution { uniform = [lo, hi] }, { exp = mean } or { normal = [mean, sd] }";
+
+impl<'de> Deserialize<'de> for DistV {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DistV;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(DIST_EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<DistV, E> {
+                dur_str(s).map(|n| DistV(Dist::Const(n)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DistV, E> {
+                Dur::deserialize(de::value::I64Deserializer::<E>::new(v)).map(|d| DistV(Dist::Const(d.0)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<DistV, E> {
+                Dur::deserialize(de::value::F64Deserializer::<E>::new(v)).map(|d| DistV(Dist::Const(d.0)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DistV, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom(format!("empty distribution table; expected {DIST_EXPECTED}")));
+                };
+                let dist = match key.as_str() {
+                    "uniform" => {
+                        let Pair(lo, hi) = map.next_value::<Pair>()?;
+                        if lo > hi {
+                            return Err(de::Error::custom(format!(
+                                "uniform distribution has lo ({}) greater than hi ({}); expected [lo, hi] with lo <= hi",
+                                vassal_core::fmt_duration(lo),
+                                vassal_core::fmt_duration(hi)
+                            )));
+                        }
+                        Dist::Uniform(lo, hi)
+                    }
+                    "exp" => Dist::Exp(map.next_value::<Dur>()?.0),
+                    "normal" => {
+                        let Pair(mean, sd) = map.next_value::<Pair>()?;
+                        Dist::Normal(mean, sd)
+                    }
+                    other => {
+                        return Err(de::Error::custom(format!(
+                            "unknown distribution `{other}`; expected one of `uniform`, `exp`, `normal`"
+                        )))
+                    }
+                };
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "a distribution table has exactly one key (`{key}`), but `{extra}` is also given"
+                    )));
+                }
+                Ok(DistV(dist))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Two durations, as in `[lo, hi]`.
+struct Pair(Ns, Ns);
+
+impl<'de> Deserialize<'de> for Pair {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Pair;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of two durations, e.g. [\"5us\", \"50us\"]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Pair, A::Error> {
+                let wrong =
+                    || de::Error::custom("expected an array of exactly two durations, e.g. [\"5us\", \"50us\"]");
+                let a = seq.next_element::<Dur>()?.ok_or_else(wrong)?;
+                let b = seq.next_element::<Dur>()?.ok_or_else(wrong)?;
+                if seq.next_element::<de::IgnoredAny>()?.is_some() {
+                    return Err(wrong());
+                }
+                Ok(Pair(a.0, b.0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A float that must be finite.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Finite(f64);
+
+impl<'de> Deserialize<'de> for Finite {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Finite;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a finite number, e.g. 0.25")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Finite, E> {
+                Ok(Finite(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Finite, E> {
+                Ok(Finite(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Finite, E> {
+                if v.is_finite() {
+                    Ok(Finite(v))
+                } else {
+                    Err(E::custom(format!("{v} is not a finite number; expected a number such as 0.25")))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A policy parameter: integer, finite float, string or boolean.
+#[derive(Clone, Debug, PartialEq)]
+struct Param(ParamValue);
+
+impl<'de> Deserialize<'de> for Param {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Param;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a policy parameter: an integer, a number, a string (e.g. a duration \"10ms\") or a boolean",
+                )
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Param, E> {
+                Ok(Param(ParamValue::Int(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Param, E> {
+                i64::try_from(v).map(|v| Param(ParamValue::Int(v))).map_err(|_| E::custom("integer too large"))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Param, E> {
+                Finite::deserialize(de::value::F64Deserializer::<E>::new(v)).map(|f| Param(ParamValue::Float(f.0)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Param, E> {
+                Ok(Param(ParamValue::Str(v.to_string())))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Param, E> {
+                Ok(Param(ParamValue::Bool(v)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A task parameter: an integer, a duration string (in ns) or a boolean (0/1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct TaskParam(i64);
+
+impl<'de> Deserialize<'de> for TaskParam {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TaskParam;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer, a duration string such as \"10ms\", or a boolean")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TaskParam, E> {
+                Ok(TaskParam(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TaskParam, E> {
+                i64::try_from(v).map(TaskParam).map_err(|_| E::custom("integer too large"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TaskParam, E> {
+                let ns = dur_str(v)?;
+                i64::try_from(ns)
+                    .map(TaskParam)
+                    .map_err(|_| E::custom(format!("duration \"{v}\" is too large for a task parameter")))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<TaskParam, E> {
+                Ok(TaskParam(v as i64))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The raw file structure
+
+type ParamMap = BTreeMap<String, Spanned<Param>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: Option<Spanned<String>>,
+    until: Spanned<Dur>,
+    seed: Option<u64>,
+    machine: Spanned<RawMachine>,
+    default: Option<Spanned<RawDefault>>,
+    #[serde(default)]
+    scheduler: Vec<RawScheduler>,
+    #[serde(default)]
+    task: Vec<RawTask>,
+    #[serde(default)]
+    interrupt: Vec<RawInterrupt>,
+}
+
+/// `"oneshot"` or `"tick"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Clock(ClockMode);
+
+impl<'de> Deserialize<'de> for Clock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Clock;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`oneshot` or `tick`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Clock, E> {
+                match v {
+                    "oneshot" => Ok(Clock(ClockMode::OneShot)),
+                    "tick" => Ok(Clock(ClockMode::Tick)),
+                    _ => Err(E::custom(format!("unknown clock `{v}`, expected `oneshot` or `tick`"))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMachine {
+    cpus: Spanned<i64>,
+    clock: Option<Clock>,
+    hz: Option<Spanned<u32>>,
+    switch_cost: Option<Dur>,
+    migration_cost: Option<Dur>,
+    min_best_effort: Option<Spanned<Finite>>,
+    unscheduled: Option<RawUnscheduled>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnscheduled {
+    interval: Spanned<DistV>,
+    duration: DistV,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefault {
+    name: Option<Spanned<String>>,
+    policy: Option<Spanned<String>>,
+    params: Option<Spanned<ParamMap>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+enum RawUsage {
+    HardTime { cpus: Spanned<Vec<Spanned<i64>>>, util: Spanned<Finite> },
+    Reserved(Spanned<Finite>),
+    BestEffort,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduler {
+    name: Spanned<String>,
+    policy: Spanned<String>,
+    params: Option<Spanned<ParamMap>>,
+    usage: Spanned<RawUsage>,
+    load_at: Option<Dur>,
+    unload_at: Option<Spanned<Dur>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    name: Spanned<String>,
+    count: Option<Spanned<i64>>,
+    start: Option<Dur>,
+    scheduler: Option<Spanned<String>>,
+    affinity: Option<Spanned<Vec<Spanned<i64>>>>,
+    uid: Option<u32>,
+    params: Option<BTreeMap<String, TaskParam>>,
+    loop_at: Option<Dur>,
+    #[serde(alias = "behavior")]
+    behaviour: Spanned<RawBehaviour>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBehaviour {
+    kind: Spanned<String>,
+    work: Option<Spanned<DistV>>,
+    period: Option<Spanned<Dur>>,
+    exec: Option<Spanned<DistV>>,
+    deadline: Option<Spanned<Dur>>,
+    offset: Option<Spanned<Dur>>,
+    jobs: Option<Spanned<u64>>,
+    burst: Option<Spanned<DistV>>,
+    think: Option<Spanned<DistV>>,
+    run: Option<Spanned<DistV>>,
+    sleep: Option<Spanned<DistV>>,
+    voluntary: Option<Spanned<bool>>,
+    vector: Option<Spanned<u32>>,
+    phases: Option<Spanned<Vec<Spanned<RawPhase>>>>,
+    repeat: Option<Spanned<bool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPhase {
+    run: Option<Spanned<DistV>>,
+    sleep: Option<Spanned<DistV>>,
+    fault: Option<Spanned<DistV>>,
+    timer: Option<Spanned<Dur>>,
+    #[serde(rename = "yield")]
+    yield_: Option<Spanned<bool>>,
+    send: Option<Spanned<RawSend>>,
+    join: Option<Spanned<String>>,
+    leave: Option<Spanned<bool>>,
+    hand_off: Option<Spanned<RawHandOff>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSend {
+    to: Spanned<String>,
+    request: Spanned<String>,
+    delay: Option<Spanned<Dur>>,
+    on: Option<Spanned<bool>>,
+    name: Option<Spanned<String>>,
+    value: Option<Spanned<TaskParam>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHandOff {
+    to: Spanned<String>,
+    sleep: Spanned<DistV>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterrupt {
+    vector: Spanned<u32>,
+    every: Spanned<DistV>,
+    start: Option<Dur>,
+    warp: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Semantic checks
+
+type R<T> = Result<T, ScenarioError>;
+
+struct Builder<'a> {
+    src: Source<'a>,
+}
+
+/// Names of the schedulers, for references from tasks.
+struct Names {
+    default: String,
+    schedulers: BTreeSet<String>,
+    tasks: BTreeSet<String>,
+}
+
+impl Names {
+    fn scheduler_list(&self) -> String {
+        std::iter::once(&self.default)
+            .chain(self.schedulers.iter())
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn positive_mean(d: &Dist) -> bool {
+    match *d {
+        Dist::Const(n) | Dist::Exp(n) | Dist::Normal(n, _) => n > 0,
+        Dist::Uniform(_, hi) => hi > 0,
+    }
+}
+
+fn ppm_of(fraction: f64) -> Option<u64> {
+    let ppm = (fraction * CPU_PPM as f64).round();
+    // Finite and in range by the callers' checks; guard anyway so the cast is exact.
+    (ppm.is_finite() && ppm >= 0.0 && ppm <= u64::MAX as f64 / 2.0).then_some(ppm as u64)
+}
+
+impl Builder<'_> {
+    fn err(&self, span: Range<usize>, msg: impl Into<String>) -> ScenarioError {
+        self.src.err(span, msg)
+    }
+
+    fn scenario(&self, raw: RawScenario) -> R<Scenario> {
+        let name = match &raw.name {
+            Some(n) if n.get_ref().trim().is_empty() => return Err(self.err(n.span(), "name must not be empty")),
+            Some(n) => n.get_ref().clone(),
+            None => Path::new(self.src.file)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "scenario".to_string()),
+        };
+        let until = raw.until.get_ref().0;
+        if until == 0 {
+            return Err(self.err(raw.until.span(), "until must be greater than 0, e.g. \"10s\""));
+        }
+        let machine = self.machine(&raw.machine)?;
+        let ncpus = machine.cpus;
+
+        // The default scheduler.
+        let (default_name, default_policy) = match &raw.default {
+            None => {
+                let params = BTreeMap::new();
+                if let Err(e) = vassal_policies::build(DEFAULT_POLICY, &params) {
+                    return Err(
+                        self.err(0..0, format!("the default policy '{DEFAULT_POLICY}' (no [default] table): {e}"))
+                    );
+                }
+                (DEFAULT_SCHEDULER_NAME.to_string(), PolicySpec { kind: DEFAULT_POLICY.to_string(), params })
+            }
+            Some(d) => {
+                let dref = d.get_ref();
+                let name = match &dref.name {
+                    Some(n) => self.check_name(n, "scheduler")?,
+                    None => DEFAULT_SCHEDULER_NAME.to_string(),
+                };
+                let (kind, kind_span) = match &dref.policy {
+                    Some(p) => (p.get_ref().clone(), p.span()),
+                    None => (DEFAULT_POLICY.to_string(), d.span()),
+                };
+                (name, self.policy(kind, kind_span, dref.params.as_ref())?)
+            }
+        };
+
+        // Other schedulers.
+        let mut sched_lines: HashMap<String, usize> = HashMap::new();
+        let mut schedulers = Vec::new();
+        for s in &raw.scheduler {
+            let name = self.check_name(&s.name, "scheduler")?;
+            if name == default_name {
+                return Err(
+                    self.err(s.name.span(), format!("scheduler name '{name}' is already the default scheduler's name"))
+                );
+            }
+            if let Some(line) = sched_lines.get(&name) {
+                return Err(
+                    self.err(s.name.span(), format!("duplicate scheduler name '{name}' (also defined at line {line})"))
+                );
+            }
+            sched_lines.insert(name.clone(), self.src.line_of(&s.name.span()));
+            let policy = self.policy(s.policy.get_ref().clone(), s.policy.span(), s.params.as_ref())?;
+            let usage = self.usage(&s.usage, ncpus)?;
+            let load_at = s.load_at.map_or(0, |d| d.0);
+            let unload_at = match &s.unload_at {
+                Some(u) if u.get_ref().0 <= load_at => {
+                    return Err(self.err(
+                        u.span(),
+                        format!(
+                            "unload_at ({}) must be later than load_at ({})",
+                            vassal_core::fmt_duration(u.get_ref().0),
+                            vassal_core::fmt_duration(load_at)
+                        ),
+                    ))
+                }
+                Some(u) => Some(u.get_ref().0),
+                None => None,
+            };
+            schedulers.push(SchedulerSpec { name, policy, usage, load_at, unload_at });
+        }
+
+        // Task names after count expansion (first pass, so scripts may name later tasks).
+        let mut task_lines: HashMap<String, usize> = HashMap::new();
+        let mut expanded: Vec<Vec<String>> = Vec::new();
+        let mut total = 0usize;
+        for t in &raw.task {
+            let base = self.check_name(&t.name, "task")?;
+            let names = match &t.count {
+                None => vec![base],
+                Some(c) => {
+                    let n = *c.get_ref();
+                    if !(1..=MAX_COUNT).contains(&n) {
+                        return Err(self.err(c.span(), format!("count must be between 1 and {MAX_COUNT}, found {n}")));
+                    }
+                    (0..n).map(|i| format!("{base}.{i}")).collect()
+                }
+            };
+            total += names.len();
+            if total > MAX_TASKS {
+                return Err(self.err(t.name.span(), format!("too many tasks (more than {MAX_TASKS})")));
+            }
+            for n in &names {
+                if let Some(line) = task_lines.get(n) {
+                    return Err(
+                        self.err(t.name.span(), format!("duplicate task name '{n}' (also defined at line {line})"))
+                    );
+                }
+                task_lines.insert(n.clone(), self.src.line_of(&t.name.span()));
+            }
+            expanded.push(names);
+        }
+        let names = Names {
+            default: default_name.clone(),
+            schedulers: schedulers.iter().map(|s| s.name.clone()).collect(),
+            tasks: task_lines.keys().cloned().collect(),
+        };
+
+        // Interrupts.
+        let mut interrupts = Vec::new();
+        for i in &raw.interrupt {
+            let every = i.every.get_ref().0.clone();
+            if !positive_mean(&every) {
+                return Err(self.err(i.every.span(), "interrupt interval `every` must have a mean greater than 0"));
+            }
+            interrupts.push(InterruptSpec {
+                vector: *i.vector.get_ref(),
+                every,
+                start: i.start.map_or(0, |d| d.0),
+                warp: i.warp.unwrap_or(false),
+            });
+        }
+        let vectors: BTreeSet<u32> = interrupts.iter().map(|i| i.vector).collect();
+
+        // Tasks.
+        let mut tasks = Vec::new();
+        let mut handlers: BTreeMap<u32, String> = BTreeMap::new();
+        for (t, task_names) in raw.task.iter().zip(&expanded) {
+            let scheduler = match &t.scheduler {
+                None => None,
+                Some(s) if *s.get_ref() == names.default => None,
+                Some(s) if names.schedulers.contains(s.get_ref()) => Some(s.get_ref().clone()),
+                Some(s) => {
+                    return Err(self.err(
+                        s.span(),
+                        format!(
+                            "task '{}' names scheduler '{}', which does not exist; expected one of {}",
+                            t.name.get_ref(),
+                            s.get_ref(),
+                            names.scheduler_list()
+                        ),
+                    ))
+                }
+            };
+            let affinity = match &t.affinity {
+                None => CpuSet::first(ncpus),
+                Some(a) => self.cpu_list(a, ncpus, "affinity")?,
+            };
+            let params: TaskParams =
+                t.params.as_ref().map(|p| p.iter().map(|(k, v)| (k.clone(), v.0)).collect()).unwrap_or_default();
+            for tn in task_names {
+                let behaviour = self.behaviour(&t.behaviour, tn, &names)?;
+                if let Behaviour::Handler { vector, .. } = &behaviour {
+                    let span = t.behaviour.get_ref().vector.as_ref().map_or(t.behaviour.span(), |v| v.span());
+                    if let Some(other) = handlers.get(vector) {
+                        return Err(self.err(
+                            span,
+                            format!("vector {vector} already has handler task '{other}'; one handler per vector"),
+                        ));
+                    }
+                    if !vectors.contains(vector) {
+                        return Err(self.err(
+                            span,
+                            format!(
+                                "handler task '{tn}' waits on vector {vector}, but no [[interrupt]] has vector = {vector}"
+                            ),
+                        ));
+                    }
+                    handlers.insert(*vector, tn.clone());
+                }
+                tasks.push(TaskSpec {
+                    name: tn.clone(),
+                    start: t.start.map_or(0, |d| d.0),
+                    scheduler: scheduler.clone(),
+                    affinity,
+                    params: params.clone(),
+                    uid: t.uid.unwrap_or(0),
+                    behaviour,
+                    loop_at: t.loop_at.map(|d| d.0),
+                });
+            }
+        }
+        for i in &raw.interrupt {
+            let v = *i.vector.get_ref();
+            if !handlers.contains_key(&v) {
+                return Err(self.err(
+                    i.vector.span(),
+                    format!(
+                        "interrupt vector {v} has no handler task; add a [[task]] with behaviour = {{ kind = \"handler\", vector = {v}, work = \"50us\" }}"
+                    ),
+                ));
+            }
+        }
+
+        Ok(Scenario {
+            name,
+            machine,
+            default_name,
+            default_policy,
+            schedulers,
+            tasks,
+            interrupts,
+            until,
+            seed: raw.seed.unwrap_or(1),
+        })
+    }
+
+    fn check_name(&self, n: &Spanned<String>, what: &str) -> R<String> {
+        let s = n.get_ref();
+        if s.trim().is_empty() {
+            return Err(self.err(n.span(), format!("{what} name must not be empty")));
+        }
+        Ok(s.clone())
+    }
+
+    fn machine(&self, m: &Spanned<RawMachine>) -> R<Machine> {
+        let raw = m.get_ref();
+        let cpus = *raw.cpus.get_ref();
+        if !(1..=MAX_CPUS as i64).contains(&cpus) {
+            return Err(self.err(raw.cpus.span(), format!("cpus must be between 1 and {MAX_CPUS}, found {cpus}")));
+        }
+        let cpus = cpus as u16;
+        let clock = raw.clock.map_or(ClockMode::OneShot, |c| c.0);
+        let hz = raw.hz.as_ref().map_or(DEFAULT_HZ, |h| *h.get_ref());
+        if clock == ClockMode::Tick && hz == 0 {
+            let span = raw.hz.as_ref().map_or(m.span(), |h| h.span());
+            return Err(self.err(span, "clock = \"tick\" needs hz greater than 0 (ticks per second), e.g. hz = 250"));
+        }
+        let min_best_effort_ppm = match &raw.min_best_effort {
+            None => None,
+            Some(f) => {
+                let v = f.get_ref().0;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(self.err(
+                        f.span(),
+                        format!("min_best_effort is a fraction of the machine between 0 and 1, found {v}"),
+                    ));
+                }
+                match ppm_of(v * cpus as f64) {
+                    Some(p) => Some(p),
+                    None => return Err(self.err(f.span(), "min_best_effort is out of range")),
+                }
+            }
+        };
+        let unscheduled = match &raw.unscheduled {
+            None => None,
+            Some(u) => {
+                let interval = u.interval.get_ref().0.clone();
+                if !positive_mean(&interval) {
+                    return Err(self.err(u.interval.span(), "unscheduled interval must have a mean greater than 0"));
+                }
+                Some(Unscheduled { interval, duration: u.duration.0.clone() })
+            }
+        };
+        Ok(Machine {
+            cpus,
+            clock,
+            hz,
+            switch_cost: raw.switch_cost.map_or(0, |d| d.0),
+            migration_cost: raw.migration_cost.map_or(0, |d| d.0),
+            unscheduled,
+            min_best_effort_ppm,
+        })
+    }
+
+    /// Builds the policy once to validate its kind and parameters.
+    fn policy(&self, kind: String, kind_span: Range<usize>, params: Option<&Spanned<ParamMap>>) -> R<PolicySpec> {
+        let map: BTreeMap<String, ParamValue> = params
+            .map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect())
+            .unwrap_or_default();
+        if let Err(e) = vassal_policies::build(&kind, &map) {
+            // Is the kind itself refused, or only these parameters?
+            let span = match params {
+                Some(p) if vassal_policies::build(&kind, &BTreeMap::new()).is_ok() => p
+                    .get_ref()
+                    .iter()
+                    .find(|(k, _)| e.contains(&format!("'{k}'")) || e.contains(&format!(" {k}")))
+                    .map_or(p.span(), |(_, v)| v.span()),
+                _ => kind_span,
+            };
+            return Err(self.err(span, format!("policy '{kind}': {e}")));
+        }
+        Ok(PolicySpec { kind, params: map })
+    }
+
+    fn cpu_list(&self, list: &Spanned<Vec<Spanned<i64>>>, ncpus: u16, what: &str) -> R<CpuSet> {
+        if list.get_ref().is_empty() {
+            return Err(self.err(list.span(), format!("{what} must list at least one CPU")));
+        }
+        let mut set = CpuSet::NONE;
+        for c in list.get_ref() {
+            let n = *c.get_ref();
+            if n < 0 || n >= ncpus as i64 {
+                return Err(self.err(
+                    c.span(),
+                    format!(
+                        "{what} CPU {n} is out of range; the machine has {ncpus} CPU(s), numbered 0..={}",
+                        ncpus - 1
+                    ),
+                ));
+            }
+            let cpu = CpuId(n as u16);
+            if set.contains(cpu) {
+                return Err(self.err(c.span(), format!("{what} lists CPU {n} twice")));
+            }
+            set = CpuSet(set.0 | CpuSet::only(cpu).0);
+        }
+        Ok(set)
+    }
+
+    fn usage(&self, u: &Spanned<RawUsage>, ncpus: u16) -> R<Usage> {
+        Ok(match u.get_ref() {
+            RawUsage::BestEffort => Usage::BestEffort,
+            RawUsage::Reserved(f) => {
+                let v = f.get_ref().0;
+                if !(v > 0.0 && v <= ncpus as f64) {
+                    return Err(self.err(
+                        f.span(),
+                        format!(
+                            "reserved is a share in CPUs, greater than 0 and at most the {ncpus} CPU(s), found {v}"
+                        ),
+                    ));
+                }
+                let cpu_ppm =
+                    ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(f.span(), "reserved share is too small"))?;
+                Usage::Reserved { cpu_ppm }
+            }
+            RawUsage::HardTime { cpus, util } => {
+                let set = self.cpu_list(cpus, ncpus, "hard_time")?;
+                let v = util.get_ref().0;
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(self.err(
+                        util.span(),
+                        format!("util is the fraction of each CPU, greater than 0 and at most 1, found {v}"),
+                    ));
+                }
+                let util_ppm =
+                    ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(util.span(), "util is too small"))?;
+                Usage::HardTime { cpus: set, util_ppm }
+            }
+        })
+    }
+
+    fn behaviour(&self, b: &Spanned<RawBehaviour>, task: &str, names: &Names) -> R<Behaviour> {
+        let raw = b.get_ref();
+        let kind = raw.kind.get_ref().as_str();
+        let allowed: &[&str] = match kind {
+            "cpu" => &["work"],
+            "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
+            "interactive" => &["burst", "think"],
+            "io" => &["run", "sleep", "voluntary"],
+            "handler" => &["vector", "work"],
+            "script" => &["phases", "repeat"],
+            other => return Err(self.err(
+                raw.kind.span(),
+                format!(
+                    "unknown behaviour kind '{other}'; expected one of cpu, periodic, interactive, io, handler, script"
+                ),
+            )),
+        };
+        let present: [(&str, Option<Range<usize>>); 14] = [
+            ("work", raw.work.as_ref().map(Spanned::span)),
+            ("period", raw.period.as_ref().map(Spanned::span)),
+            ("exec", raw.exec.as_ref().map(Spanned::span)),
+            ("deadline", raw.deadline.as_ref().map(Spanned::span)),
+            ("offset", raw.offset.as_ref().map(Spanned::span)),
+            ("jobs", raw.jobs.as_ref().map(Spanned::span)),
+            ("burst", raw.burst.as_ref().map(Spanned::span)),
+            ("think", raw.think.as_ref().map(Spanned::span)),
+            ("run", raw.run.as_ref().map(Spanned::span)),
+            ("sleep", raw.sleep.as_ref().map(Spanned::span)),
+            ("voluntary", raw.voluntary.as_ref().map(Spanned::span)),
+            ("vector", raw.vector.as_ref().map(Spanned::span)),
+            ("phases", raw.phases.as_ref().map(Spanned::span)),
+            ("repeat", raw.repeat.as_ref().map(Spanned::span)),
+        ];
+        for (key, span) in present {
+            if let Some(span) = span {
+                if !allowed.contains(&key) {
+                    return Err(self.err(
+                        span,
+                        format!(
+                            "unknown key `{key}` for behaviour kind '{kind}'; expected one of {}",
+                            allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        let need = |key: &str| self.err(raw.kind.span(), format!("behaviour kind '{kind}' needs key `{key}`"));
+        let dist =
+            |v: &Option<Spanned<DistV>>, key: &str| v.as_ref().map(|d| d.get_ref().0.clone()).ok_or_else(|| need(key));
+        Ok(match kind {
+            "cpu" => {
+                let work = match &raw.work {
+                    None => None,
+                    Some(w) => match w.get_ref().0 {
+                        Dist::Const(n) => Some(n),
+                        _ => return Err(self.err(w.span(), "cpu work must be a fixed duration such as \"1s\"")),
+                    },
+                };
+                Behaviour::Cpu { work }
+            }
+            "periodic" => {
+                let period = raw.period.as_ref().ok_or_else(|| need("period"))?;
+                if period.get_ref().0 == 0 {
+                    return Err(self.err(period.span(), "period must be greater than 0"));
+                }
+                let exec = dist(&raw.exec, "exec")?;
+                let deadline = match &raw.deadline {
+                    None => period.get_ref().0,
+                    Some(d) if d.get_ref().0 == 0 => return Err(self.err(d.span(), "deadline must be greater than 0")),
+                    Some(d) => d.get_ref().0,
+                };
+                let jobs = match &raw.jobs {
+                    None => None,
+                    Some(j) if *j.get_ref() == 0 => return Err(self.err(j.span(), "jobs must be at least 1")),
+                    Some(j) => Some(*j.get_ref()),
+                };
+                Behaviour::Periodic {
+                    period: period.get_ref().0,
+                    offset: raw.offset.as_ref().map_or(0, |o| o.get_ref().0),
+                    exec,
+                    deadline,
+                    jobs,
+                }
+            }
+            "interactive" => {
+                Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? }
+            }
+            "io" => Behaviour::Io {
+                run: dist(&raw.run, "run")?,
+                sleep: dist(&raw.sleep, "sleep")?,
+                voluntary: raw.voluntary.as_ref().map(|v| *v.get_ref()).unwrap_or(true),
+            },
+            "handler" => Behaviour::Handler {
+                vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(),
+                work: dist(&raw.work, "work")?,
+            },
+            _ => {
+                // "script"
+                let phases_raw = raw.phases.as_ref().ok_or_else(|| need("phases"))?;
+                if phases_raw.get_ref().is_empty() {
+                    return Err(self.err(phases_raw.span(), "a script needs at least one phase"));
+                }
+                let mut phases = Vec::new();
+                for p in phases_raw.get_ref() {
+                    phases.push(self.phase(p, task, names)?);
+                }
+                let repeat = raw.repeat.as_ref().is_some_and(|r| *r.get_ref());
+                if repeat && !phases.iter().any(phase_takes_time) {
+                    return Err(self.err(
+                        phases_raw.span(),
+                        "a repeating script needs a phase that takes time (run, sleep, fault, timer or hand_off with a duration above 0); otherwise it loops forever at one instant",
+                    ));
+                }
+                Behaviour::Script { phases, repeat }
+            }
+        })
+    }
+
+    fn phase(&self, p: &Spanned<RawPhase>, task: &str, names: &Names) -> R<Phase> {
+        let raw = p.get_ref();
+        let given: Vec<(&str, Range<usize>)> = [
+            ("run", raw.run.as_ref().map(Spanned::span)),
+            ("sleep", raw.sleep.as_ref().map(Spanned::span)),
+            ("fault", raw.fault.as_ref().map(Spanned::span)),
+            ("timer", raw.timer.as_ref().map(Spanned::span)),
+            ("yield", raw.yield_.as_ref().map(Spanned::span)),
+            ("send", raw.send.as_ref().map(Spanned::span)),
+            ("join", raw.join.as_ref().map(Spanned::span)),
+            ("leave", raw.leave.as_ref().map(Spanned::span)),
+            ("hand_off", raw.hand_off.as_ref().map(Spanned::span)),
+        ]
+        .into_iter()
+        .filter_map(|(k, s)| s.map(|s| (k, s)))
+        .collect();
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off";
+        match given.as_slice() {
+            [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
+            [_] => {}
+            [(a, _), (b, span), ..] => {
+                return Err(self.err(
+                    span.clone(),
+                    format!(
+                        "a phase has exactly one key, but both `{a}` and `{b}` are given; write them as two phases"
+                    ),
+                ))
+            }
+        }
+        let sched_ref = |s: &Spanned<String>, what: &str| -> R<String> {
+            let n = s.get_ref();
+            if *n == names.default || names.schedulers.contains(n) {
+                Ok(n.clone())
+            } else {
+                Err(self.err(
+                    s.span(),
+                    format!(
+                        "{what} names scheduler '{n}', which does not exist; expected one of {}",
+                        names.scheduler_list()
+                    ),
+                ))
+            }
+        };
+        let must_be_true = |b: &Spanned<bool>, key: &str| -> R<()> {
+            if *b.get_ref() {
+                Ok(())
+            } else {
+                Err(self.err(b.span(), format!("write the phase as {{ {key} = true }}")))
+            }
+        };
+        if let Some(d) = &raw.run {
+            return Ok(Phase::Run(d.get_ref().0.clone()));
+        }
+        if let Some(d) = &raw.sleep {
+            return Ok(Phase::Sleep(d.get_ref().0.clone()));
+        }
+        if let Some(d) = &raw.fault {
+            return Ok(Phase::Fault(d.get_ref().0.clone()));
+        }
+        if let Some(t) = &raw.timer {
+            if t.get_ref().0 == 0 {
+                return Err(self.err(t.span(), "timer period must be greater than 0"));
+            }
+            return Ok(Phase::Timer(t.get_ref().0));
+        }
+        if let Some(y) = &raw.yield_ {
+            must_be_true(y, "yield")?;
+            return Ok(Phase::Yield);
+        }
+        if let Some(l) = &raw.leave {
+            must_be_true(l, "leave")?;
+            return Ok(Phase::Leave);
+        }
+        if let Some(j) = &raw.join {
+            return Ok(Phase::Join(sched_ref(j, "join")?));
+        }
+        if let Some(h) = &raw.hand_off {
+            let h = h.get_ref();
+            let to = h.to.get_ref();
+            if !names.tasks.contains(to) {
+                return Err(self.err(h.to.span(), format!("hand_off names task '{to}', which does not exist")));
+            }
+            if to == task {
+                return Err(self.err(h.to.span(), format!("task '{task}' cannot hand off to itself")));
+            }
+            return Ok(Phase::HandOff { to: to.clone(), sleep: h.sleep.get_ref().0.clone() });
+        }
+        let Some(send) = &raw.send else {
+            return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}")));
+        };
+        let s = send.get_ref();
+        let to = sched_ref(&s.to, "send")?;
+        let req = s.request.get_ref().as_str();
+        let extras: [(&str, Option<Range<usize>>); 4] = [
+            ("delay", s.delay.as_ref().map(Spanned::span)),
+            ("on", s.on.as_ref().map(Spanned::span)),
+            ("name", s.name.as_ref().map(Spanned::span)),
+            ("value", s.value.as_ref().map(Spanned::span)),
+        ];
+        let allowed: &[&str] = match req {
+            "join" | "leave" => &[],
+            "set" => &["delay"],
+            "warp" => &["on"],
+            "param" => &["name", "value"],
+            other => {
+                return Err(self.err(
+                    s.request.span(),
+                    format!("unknown request '{other}'; expected one of join, leave, set, warp, param"),
+                ))
+            }
+        };
+        for (key, span) in extras {
+            if let Some(span) = span {
+                if !allowed.contains(&key) {
+                    return Err(self.err(span, format!("key `{key}` does not apply to request '{req}'")));
+                }
+            }
+        }
+        let need = |key: &str| self.err(s.request.span(), format!("request '{req}' needs key `{key}`"));
+        let request = match req {
+            "join" => Request::Join,
+            "leave" => Request::Leave,
+            "set" => Request::Set { delay: s.delay.as_ref().ok_or_else(|| need("delay"))?.get_ref().0 },
+            "warp" => Request::Warp { on: *s.on.as_ref().ok_or_else(|| need("on"))?.get_ref() },
+            _ => Request::Param {
+                name: s.name.as_ref().ok_or_else(|| need("name"))?.get_ref().clone(),
+                value: s.value.as_ref().ok_or_else(|| need("value"))?.get_ref().0,
+            },
+        };
+        Ok(Phase::Send(SendSpec { to, request }))
+    }
+}
+
+fn phase_takes_time(p: &Phase) -> bool {
+    match p {
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) => positive_mean(d),
+        Phase::HandOff { sleep, .. } => positive_mean(sleep),
+        Phase::Timer(n) => *n > 0,
+        Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_characters() {
+        let src = Source { text: "ab\nµs = 1\n", file: "f" };
+        assert_eq!(src.line_col(0), (1, 1));
+        assert_eq!(src.line_col(3), (2, 1));
+        assert_eq!(src.line_col(6), (2, 3)); // after 'µ' (2 bytes) and 's'
+        assert_eq!(src.line_col(1000), (3, 1));
+    }
+}
