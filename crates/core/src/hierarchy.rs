@@ -424,7 +424,7 @@ impl Dispatcher {
         let default = self.scheds.len() - 1;
         let _ = self.attach(default, task, now, false);
         if runnable {
-            self.kick_idle_cpu(task);
+            self.kick_cpu(task);
         }
         self.apply_exclusive(now);
         task
@@ -456,12 +456,37 @@ impl Dispatcher {
         }
     }
 
-    /// Asks one idle CPU the task may use (its last one first) to make a decision.
-    fn kick_idle_cpu(&mut self, task: TaskId) {
+    /// Asks for a decision on one CPU where the runnable `task` could run now: an idle
+    /// CPU it may use (its last one first), else a CPU running a task that a scheduler
+    /// *lower* than the task's owner decided — the loaded scheduler takes precedence
+    /// (paper 000 §3, §8), so a task of a higher scheduler preempts lower schedulers'
+    /// tasks without the policy having to know about them. Among those, the CPU whose
+    /// decider is lowest in the hierarchy is asked (the last CPU first on a tie).
+    fn kick_cpu(&mut self, task: TaskId) {
         let rec = &self.tasks.recs[task.0 as usize];
         let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && rec.affinity.contains(c);
         let cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
         if let Some(cpu) = cpu {
+            self.effects.push(Effect::Resched(cpu));
+            return;
+        }
+        let Some(owner) = self.index_of(rec.owner) else { return };
+        let mut best: Option<(usize, bool, CpuId)> = None;
+        for c in (0..self.ncpus).map(CpuId) {
+            if !rec.affinity.contains(c) {
+                continue;
+            }
+            let Some(running) = self.tasks.cpus[c.0 as usize] else { continue };
+            let Some(decider) = self.tasks.recs[running.0 as usize].ran_by.and_then(|s| self.index_of(s)) else { continue };
+            if decider <= owner {
+                continue;
+            }
+            let key = (decider, rec.last_cpu == Some(c), c);
+            if best.map_or(true, |b| (key.0, key.1) > (b.0, b.1)) {
+                best = Some(key);
+            }
+        }
+        if let Some((_, _, cpu)) = best {
             self.effects.push(Effect::Resched(cpu));
         }
     }
@@ -473,7 +498,7 @@ impl Dispatcher {
         }
         self.tasks.recs[task.0 as usize].state = TaskState::Runnable;
         self.notify(task, now, |p, ctx| p.on_wake(ctx, task, wake));
-        self.kick_idle_cpu(task);
+        self.kick_cpu(task);
         self.apply_exclusive(now);
         true
     }
@@ -582,8 +607,10 @@ impl Dispatcher {
                 self.tasks.recs[task.0 as usize].guest = guest;
             }
         }
-        if let TaskState::Running(cpu) = self.tasks.recs[task.0 as usize].state {
-            self.effects.push(Effect::Resched(cpu));
+        match self.tasks.recs[task.0 as usize].state {
+            TaskState::Running(cpu) => self.effects.push(Effect::Resched(cpu)),
+            TaskState::Runnable => self.kick_cpu(task),
+            _ => {}
         }
         Reply::Ok
     }

@@ -1340,3 +1340,36 @@ fn effects_come_out_of_drain_effects() {
         s(&["set_event(200, 9): Ok(())", "set_event(10, 9): Err(EventInPast { at: 10, now: 300 })"])
     );
 }
+
+#[test]
+fn a_waking_task_of_a_higher_scheduler_preempts_a_lower_schedulers_cpu() {
+    // Vassal §3/§8: the loaded scheduler takes precedence. Two CPUs run default tasks;
+    // when a task owned by "hi" wakes, the dispatcher asks for a new decision on one of
+    // them, preferring the task's last CPU — the policy need not know what runs there.
+    let (mut d, _defp, log) = dispatcher(2);
+    let (hi, _hip) = add_sched(&mut d, &log, "hi", 20, Position::Top);
+    let a = task(&mut d);
+    let b = task(&mut d);
+    let t = blocked_task(&mut d);
+    assert_eq!(join(&mut d, hi, t), Reply::Ok);
+    assert_eq!(d.schedule(0, C0, Preempt::Resched).unwrap().task, a);
+    assert_eq!(d.schedule(0, C1, Preempt::Resched).unwrap().task, b);
+    effects(&mut d);
+    assert!(d.wake(1, t, Wake::default()));
+    assert_eq!(effects(&mut d), [Effect::Resched(C0)], "no idle CPU: the first CPU running a lower scheduler's task");
+    // It runs on cpu1 once; next time cpu1 (its last CPU) is preferred.
+    d.schedule(1, C1, Preempt::Resched).unwrap();
+    assert_eq!(d.running(C1), Some(t));
+    d.block(2, t, Block::default());
+    assert_eq!(d.schedule(2, C1, Preempt::Resched).unwrap().task, b);
+    effects(&mut d);
+    assert!(d.wake(3, t, Wake::default()));
+    assert_eq!(effects(&mut d), [Effect::Resched(C1)]);
+    // A task of the default scheduler waking never preempts: nothing is lower.
+    d.block(4, a, Block::default());
+    let c = d.schedule(4, C0, Preempt::Resched).unwrap().task;
+    assert_ne!(c, a);
+    effects(&mut d);
+    assert!(d.wake(5, a, Wake::default()));
+    assert_eq!(effects(&mut d), Vec::<Effect>::new());
+}

@@ -7,33 +7,33 @@
 //! long-term weighted sharing is unchanged (§2.2).
 //!
 //! Rules implemented here (the section is cited again at each place in the code):
-//! - §2:   E_i = A_i − (warp ? W_i : 0); dispatch the runnable task with the smallest E_i
-//!         (ties: smaller A_i, then smaller task id).
-//! - §2:   running time is rounded up to whole *minimum charging units* (mcu) and a task
-//!         that ran k mcu is charged k·m_i, m_i the *mcu advance* ∝ 1/w_i (§2.1, §3, §6.1).
+//! - §2: E_i = A_i − (warp ? W_i : 0); dispatch the runnable task with the smallest E_i
+//!   (ties: smaller A_i, then smaller task id).
+//! - §2: running time is rounded up to whole *minimum charging units* (mcu) and a task
+//!   that ran k mcu is charged k·m_i, m_i the *mcu advance* ∝ 1/w_i (§2.1, §3, §6.1).
 //! - §2.1: the running task i is switched for runnable j when E_j ≤ E_i − C/w_i (C, the
-//!         *context switch allowance*, is real time; C/w_i is what i's AVT advances by
-//!         running C). `pick` keeps the task that was just running until that crossover and
-//!         gives it a slice that ends exactly there (§3, the "context-switch countdown").
+//!   *context switch allowance*, is real time; C/w_i is what i's AVT advances by
+//!   running C). `pick` keeps the task that was just running until that crossover and
+//!   gives it a slice that ends exactly there (§3, the "context-switch countdown").
 //! - §2.1: *scheduler virtual time* SVT = min A_j over runnable tasks; a task waking from a
-//!         voluntary sleep gets A_i ← max(A_i, SVT). A task blocked involuntarily (page
-//!         fault) keeps counting in the SVT minimum and keeps its A_i.
+//!   voluntary sleep gets A_i ← max(A_i, SVT). A task blocked involuntarily (page
+//!   fault) keeps counting in the SVT minimum and keeps its A_i.
 //! - §3/§4: a waking task is dispatched immediately if its EVT is less than the running
-//!         task's (configurable: `wake_preempt = "allowance"` applies the §2.1 C-rule to
-//!         wake-ups too).
+//!   task's (configurable: `wake_preempt = "allowance"` applies the §2.1 C-rule to
+//!   wake-ups too).
 //! - §2.2: warp is enabled by `Request::Warp { on }` (the system call) or by a wake-up with
-//!         `Wake::warp` (SA_BVT_WARP, also §2.3 for interrupt threads). Warp time limit L_i:
-//!         after running warped L_i the task is unwarped (a one-shot scheduler event gets
-//!         control exactly at the limit, footnote 2) and stays unwarped until it asks again;
-//!         unwarp time requirement U_i: a task that asks to warp within U_i of its last warped
-//!         episode ending (limit, explicit unwarp, or block) runs unwarped until U_i has
-//!         passed. Both are recorded in a debugging log ([`Bvt::log`], end of §2.2).
+//!   `Wake::warp` (SA_BVT_WARP, also §2.3 for interrupt threads). Warp time limit L_i:
+//!   after running warped L_i the task is unwarped (a one-shot scheduler event gets
+//!   control exactly at the limit, footnote 2) and stays unwarped until it asks again;
+//!   unwarp time requirement U_i: a task that asks to warp within U_i of its last warped
+//!   episode ending (limit, explicit unwarp, or block) runs unwarped until U_i has
+//!   passed. Both are recorded in a debugging log ([`Bvt::log`], end of §2.2).
 //! - §2.4: on a multiprocessor each CPU runs the earliest-EVT task allowed on it, with a
-//!         migration penalty M added (for the comparison) to the EVT of a task that last
-//!         ran on another CPU.
+//!   migration penalty M added (for the comparison) to the EVT of a task that last
+//!   ran on another CPU.
 //! - §3/§6.3.2: a new task inherits its parent's weight, warp, L and U.
 //! - §6.3.2: optional interactivity heuristic: a task's warp moves between 0 and W_int
-//!         according to whether it blocks before using a quantum (C).
+//!   according to whether it blocks before using a quantum (C).
 //!
 //! # Representation (no floating point anywhere)
 //!
@@ -419,11 +419,34 @@ impl Bvt {
         }
     }
 
-    /// Changes a task's state, keeping the ordered sets keyed right.
+    /// Changes a task's state, keeping the ordered sets keyed right (touching only the
+    /// sets whose key or membership changed).
     fn update(&mut self, id: TaskId, f: impl FnOnce(&mut Task)) {
-        self.unlink(id);
-        f(self.t_mut(id));
-        self.link(id);
+        let keys = |t: &Task| (t.in_queue().then(|| (t.evt(), t.avt, id)), t.in_svt().then_some((t.avt, id)));
+        let t = self.tasks[id.0 as usize].as_mut().expect("task is attached");
+        let (q0, s0) = keys(t);
+        f(t);
+        let (q1, s1) = keys(t);
+        if q0 != q1 {
+            if let Some(k) = q0 {
+                self.queue.remove(&k);
+            }
+            if let Some(k) = q1 {
+                self.queue.insert(k);
+            }
+        }
+        if s0 != s1 {
+            if let Some(k) = s0 {
+                // SVT never goes backwards: remember it before the minimum may leave.
+                if let Some(&(min, _)) = self.svt_set.first() {
+                    self.svt_floor = self.svt_floor.max(min);
+                }
+                self.svt_set.remove(&k);
+            }
+            if let Some(k) = s1 {
+                self.svt_set.insert(k);
+            }
+        }
     }
 
     fn push_log(&mut self, at: Ns, task: TaskId, event: BvtLogEvent) {
@@ -662,7 +685,7 @@ impl Bvt {
                     WakePreempt::Allowance => self.c_rule(ti.weight, ei, ej),
                 };
             if preempt {
-                if victim.map_or(true, |(m, _)| ei - ej > m) {
+                if below(-(ei - ej), victim.map(|(m, _)| -m)) {
                     victim = Some((ei - ej, cpu));
                 }
             } else if let Some(r) = self.run_until_cross(ti, ti.credit, ti.evt(), ej) {
@@ -676,7 +699,7 @@ impl Bvt {
         }
         for (cpu, at) in arm {
             let cs = self.cpu(cpu);
-            if cs.slice_end.map_or(true, |e| at < e) && cs.event_at.map_or(true, |e| at < e) {
+            if below(at, cs.slice_end) && below(at, cs.event_at) {
                 if at <= now {
                     let _ = ctx.resched(cpu);
                 } else {
@@ -707,10 +730,10 @@ impl Bvt {
                 continue;
             }
             let c = (e + self.penalty(ctx, id, cpu), a, id);
-            if b1.map_or(true, |b| c < b) {
+            if below(c, b1) {
                 b2 = b1;
                 b1 = Some(c);
-            } else if b2.map_or(true, |b| c < b) {
+            } else if below(c, b2) {
                 b2 = Some(c);
             }
         }
@@ -816,6 +839,14 @@ impl Bvt {
     }
 }
 
+/// `x` is below the bound, or there is no bound.
+fn below<T: PartialOrd>(x: T, bound: Option<T>) -> bool {
+    match bound {
+        None => true,
+        Some(b) => x < b,
+    }
+}
+
 fn check_weight(w: i64) -> Result<u64, String> {
     if (1..=MAX_WEIGHT).contains(&w) {
         Ok(w as u64)
@@ -842,6 +873,7 @@ impl Policy for Bvt {
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         // Guests (owned by a higher scheduler, run by BVT as the default) are treated like
         // our own tasks.
+        let i = crate::task_index(task)?;
         let mut t = self.new_task(info)?;
         if self.task(task).is_some() {
             self.detach_task(ctx, task);
@@ -849,7 +881,6 @@ impl Policy for Bvt {
         // A new task starts at SVT, as if it had been runnable but not dispatched (§2.1).
         t.avt = self.svt_now(ctx.now());
         t.settled_at = ctx.now();
-        let i = task.0 as usize;
         if self.tasks.len() <= i {
             self.tasks.resize_with(i + 1, || None);
         }
@@ -945,6 +976,8 @@ impl Policy for Bvt {
         }
         let cs = self.cpu(cpu);
         let pending = cs.pending.take();
+        // Whoever made this decision, a pending request for a plain EVT decision is moot.
+        cs.no_favour = false;
         cs.current = Some(task);
         cs.slice_end = match pending {
             Some((t, slice, at)) if t == task && at == now => slice.map(|s| now.saturating_add(s)),

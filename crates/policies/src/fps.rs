@@ -80,6 +80,16 @@ const EMPTY: Node = Node { st: St::Absent, rank: (Reverse(0), 0), prev: NIL, nex
 /// The rank of tasks without a period under rate-monotonic assignment.
 const NO_PERIOD: Rank = (Reverse(i64::MIN), u32::MAX);
 
+/// The level of `rank`, if it exists. The most important level, where the running task
+/// usually returns, is found without comparing keys along the way.
+fn level_mut(levels: &mut BTreeMap<Rank, Level>, rank: Rank) -> Option<&mut Level> {
+    if levels.first_key_value().is_some_and(|(k, _)| *k == rank) {
+        levels.first_entry().map(|e| e.into_mut())
+    } else {
+        levels.get_mut(&rank)
+    }
+}
+
 /// Fixed-priority preemptive scheduling. See the module documentation.
 #[derive(Debug)]
 pub struct FixedPriority {
@@ -180,7 +190,10 @@ impl FixedPriority {
     /// Queues `i` at the head or the tail of its level.
     fn enqueue(&mut self, i: u32, at_head: bool) {
         let rank = self.nodes[i as usize].rank;
-        let lvl = self.levels.entry(rank).or_insert(Level { head: NIL, tail: NIL });
+        if level_mut(&mut self.levels, rank).is_none() {
+            self.levels.insert(rank, Level { head: NIL, tail: NIL });
+        }
+        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
         let nodes = &mut self.nodes;
         if lvl.head == NIL {
             lvl.head = i;
@@ -201,7 +214,7 @@ impl FixedPriority {
     /// Takes queued `i` out of its level's FIFO (the level stays, possibly empty).
     fn unlink(&mut self, i: u32) {
         let Node { prev, next, rank, .. } = self.nodes[i as usize];
-        let Some(lvl) = self.levels.get_mut(&rank) else { return };
+        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
         if prev == NIL {
             lvl.head = next;
         } else {

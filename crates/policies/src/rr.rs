@@ -22,7 +22,7 @@
 //! so wake, block, preempt, dispatch and removal are O(1), and `pick` is O(1) whenever
 //! the head may run on the CPU (it walks past tasks whose affinity excludes the CPU).
 //!
-//! [`FifoCore`] holds the queue and the per-task turn budget; weighted round robin
+//! `FifoCore` holds the queue and the per-task turn budget; weighted round robin
 //! ([`crate::wrr`]) uses the same core with a budget of weight × quantum.
 
 use vassal_core::{

@@ -36,20 +36,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Runs `ops`; `check` is called after every step with the sim and the priorities.
-fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check: impl FnMut(&Sim, &[i64])) -> Sim {
+/// Runs `ops`; `check` is called after every step with the sim and each task's
+/// priority and period (a task's period is its weight in ms).
+fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check: impl FnMut(&Sim, &[(i64, i64)])) -> Sim {
     let mut s = Sim::new(ncpus, policy);
     let def = s.d.default_sched();
-    let mut prios: Vec<i64> = Vec::new();
+    let mut prios: Vec<(i64, i64)> = Vec::new();
     let mut tasks: Vec<TaskId> = Vec::new();
     for op in ops {
         match *op {
             Op::Add { prio, weight, aff, runnable } => {
                 let mask = if pinned { CpuSet(aff as u64 & CpuSet::first(ncpus).0) } else { CpuSet::NONE };
                 let aff = if mask.is_empty() { None } else { Some(mask) };
-                let t = s.add(&[("priority", prio), ("weight", weight)], aff, runnable);
+                let period = weight * ms(1) as i64;
+                let t = s.add(&[("priority", prio), ("weight", weight), ("period", period)], aff, runnable);
                 tasks.push(t);
-                prios.push(prio);
+                prios.push((prio, period));
             }
             Op::Block(i) => {
                 if let Some(&t) = tasks.get(i) {
@@ -87,7 +89,7 @@ fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check:
                     if s.d.state(t) != TaskState::Dead {
                         let r = s.message(def, t, Request::Param { name: "priority".into(), value: p });
                         if r.is_ok() {
-                            prios[i] = p;
+                            prios[i].0 = p;
                         }
                     }
                 }
@@ -149,22 +151,34 @@ proptest! {
     }
 
     #[test]
-    fn fps_runs_the_most_important(n in ncpus(), ops in prop::collection::vec(op(), 1..60), quantum in any::<bool>()) {
-        let policy = if quantum { build("fps", &[("quantum", dur("10ms"))]) } else { build("fps", &[]) };
-        run(n, policy, &ops, false, |s, prios| {
+    fn fps_runs_the_most_important(
+        n in ncpus(),
+        ops in prop::collection::vec(op(), 1..60),
+        quantum in any::<bool>(),
+        rm in any::<bool>(),
+    ) {
+        let mut kv = vec![("rm", ParamValue::Bool(rm))];
+        if quantum {
+            kv.push(("quantum", dur("10ms")));
+        }
+        run(n, build("fps", &kv), &ops, false, |s, prios| {
             work_conserving(s);
-            let waiting = waiting(s, prios.len());
-            let best_waiting = waiting.iter().map(|t| prios[t.0 as usize]).max();
+            // Importance: the priority, or under rm the shorter period, then the lower id.
+            let imp = |t: TaskId| {
+                let (prio, period) = prios[t.0 as usize];
+                if rm { (-period, -(t.0 as i64)) } else { (prio, 0) }
+            };
+            let best_waiting = waiting(s, prios.len()).into_iter().map(imp).max();
             for c in 0..s.d.ncpus() {
                 if let (Some(t), Some(w)) = (s.running_task(c), best_waiting) {
-                    assert!(prios[t.0 as usize] >= w, "cpu{c} runs {t} (priority {}) while priority {w} waits", prios[t.0 as usize]);
+                    assert!(imp(t) >= w, "cpu{c} runs {t} ({:?}) while {w:?} waits", imp(t));
                 }
             }
         });
     }
 
     #[test]
-    fn fps_pinned_and_rm_make_valid_decisions(n in ncpus(), ops in prop::collection::vec(op(), 1..60)) {
-        run(n, build("fps", &[("rm", ParamValue::Bool(false)), ("quantum", dur("3ms"))]), &ops, true, |_, _| {});
+    fn fps_pinned_makes_valid_decisions(n in ncpus(), ops in prop::collection::vec(op(), 1..60), rm in any::<bool>()) {
+        run(n, build("fps", &[("rm", ParamValue::Bool(rm)), ("quantum", dur("3ms"))]), &ops, true, |_, _| {});
     }
 }

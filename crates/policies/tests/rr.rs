@@ -69,7 +69,9 @@ fn rr_preempted_by_higher_scheduler_resumes_before_others() {
     let x = s.add(&[], None, false);
     assert_eq!(s.message(top, x, Request::Join), vassal_core::Reply::Ok);
     s.run_until(ms(3));
-    s.wake(x); // cpu0 is busy: the dispatcher kicks no CPU; nothing happens yet
+    s.wake(x);
+    // The dispatcher may already have asked cpu0 to decide (a task of a higher scheduler
+    // woke); a reschedule at the same instant changes nothing either way.
     s.schedule(CpuId(0), Preempt::Resched);
     s.run_until(ms(5));
     s.block(x);

@@ -89,7 +89,11 @@ fn direct_cost(mut p: Box<dyn Policy>, n: usize, prios: bool) -> f64 {
     let mut view = BenchView { states: vec![TaskState::Runnable; n], running: None };
     let (mut fx, mut ex) = (Vec::new(), Vec::new());
     for i in 0..n {
-        let prm: TaskParams = if prios { params(&[("priority", (i % 8) as i64)]) } else { TaskParams::new() };
+        let prm: TaskParams = if prios {
+            params(&[("priority", (i % 8) as i64), ("period", 1_000_000 + ((i * 7919) % n) as i64)])
+        } else {
+            TaskParams::new()
+        };
         let info = AttachInfo { state: TaskState::Runnable, params: &prm, affinity: CpuSet::first(1), parent: None, guest: false };
         let mut ctx = Ctx::new(0, 1, SchedId(0), &mut fx, &mut ex, &view);
         p.on_attach(&mut ctx, TaskId(i as u32), &info).unwrap();
@@ -125,12 +129,13 @@ fn direct_cost(mut p: Box<dyn Policy>, n: usize, prios: bool) -> f64 {
 #[test]
 #[ignore]
 fn direct_decision_cost_scales() {
-    let kinds: [Case; 5] = [
+    let kinds: [Case; 6] = [
         ("rr", vec![], false),
         ("wrr", vec![], false),
         ("fps", vec![], false),
         ("fps", vec![("quantum", dur("1ms"))], true),
         ("fps", vec![("rm", ParamValue::Bool(true))], false),
+        ("fps", vec![("rm", ParamValue::Bool(true)), ("quantum", dur("1ms"))], true),
     ];
     for (kind, kv, prios) in kinds {
         let c: Vec<f64> = [10, 1_000, 100_000].iter().map(|&n| direct_cost(build(kind, &kv), n, prios)).collect();

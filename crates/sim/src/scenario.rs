@@ -426,6 +426,9 @@ struct RawScenario {
     task: Vec<RawTask>,
     #[serde(default)]
     interrupt: Vec<RawInterrupt>,
+    /// Result rows of an experiment file; read and checked by `repro`, not by the simulator.
+    #[serde(default, rename = "expect")]
+    _expect: Option<toml::Value>,
 }
 
 /// `"oneshot"` or `"tick"`.

@@ -103,7 +103,14 @@ impl Sim {
             self.overlaps += elsewhere as usize;
         }
         self.running[cpu.0 as usize] = d.map(|d| {
-            self.log.push(Disp { at: self.now, cpu, task: d.task, slice: d.slice });
+            // A task re-dispatched where it was running, at the same instant (a reschedule
+            // that changed nothing), is one dispatch: the later slice replaces the earlier.
+            let entry = Disp { at: self.now, cpu, task: d.task, slice: d.slice };
+            let last = self.log.iter_mut().rev().find(|l| l.cpu == cpu);
+            match last {
+                Some(l) if d.prev == Some(d.task) && l.task == d.task && l.at == self.now => *l = entry,
+                _ => self.log.push(entry),
+            }
             Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) }
         });
         // Cross-check the dispatcher's invariants and our own view of it.
