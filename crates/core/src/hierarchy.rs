@@ -160,6 +160,9 @@ pub struct Dispatcher {
     /// Requests made so far, each with the scheduler that made it: a request only
     /// applies while its maker still owns the task (see `apply_exclusive`).
     pending_exclusive: Vec<(SchedId, TaskId, bool)>,
+    /// When each CPU was last asked (by `kick_cpu`) for a decision not yet made, so two
+    /// wake-ups at one instant kick two idle CPUs rather than the same one twice.
+    kicked_at: Vec<Option<Ns>>,
     stats: DispatchStats,
 }
 
@@ -183,6 +186,7 @@ impl Dispatcher {
             effects: Vec::new(),
             exclusive: Vec::new(),
             pending_exclusive: Vec::new(),
+            kicked_at: vec![None; ncpus as usize],
             stats: DispatchStats::default(),
         }
     }
@@ -401,6 +405,8 @@ impl Dispatcher {
     // ----- tasks -----
 
     /// A new task, owned by the default scheduler (Vassal §3, "Thread Creation").
+    /// A task the default scheduler refuses (e.g. a malformed parameter) is created dead;
+    /// [`Dispatcher::try_add_task`] says why.
     pub fn add_task(
         &mut self,
         now: Ns,
@@ -409,6 +415,22 @@ impl Dispatcher {
         parent: Option<TaskId>,
         runnable: bool,
     ) -> TaskId {
+        match self.try_add_task(now, params, affinity, parent, runnable) {
+            Ok(t) => t,
+            Err((t, _)) => t,
+        }
+    }
+
+    /// Like [`Dispatcher::add_task`], but a refusal by the default scheduler's `on_attach`
+    /// comes back with its reason (the task id is spent, and the task is dead).
+    pub fn try_add_task(
+        &mut self,
+        now: Ns,
+        params: TaskParams,
+        affinity: CpuSet,
+        parent: Option<TaskId>,
+        runnable: bool,
+    ) -> Result<TaskId, (TaskId, String)> {
         let task = TaskId(self.tasks.recs.len() as u32);
         let affinity = CpuSet(affinity.0 & CpuSet::first(self.ncpus).0);
         self.tasks.recs.push(TaskRec {
@@ -422,12 +444,15 @@ impl Dispatcher {
             ran_by: None,
         });
         let default = self.scheds.len() - 1;
-        let _ = self.attach(default, task, now, false);
+        if let Err(why) = self.attach(default, task, now, false) {
+            self.tasks.recs[task.0 as usize].state = TaskState::Dead;
+            return Err((task, why));
+        }
         if runnable {
-            self.kick_cpu(task);
+            self.kick_cpu(now, task);
         }
         self.apply_exclusive(now);
-        task
+        Ok(task)
     }
 
     /// The task exited. Returns the CPU it was running on, which needs a decision.
@@ -462,31 +487,31 @@ impl Dispatcher {
     /// (paper 000 §3, §8), so a task of a higher scheduler preempts lower schedulers'
     /// tasks without the policy having to know about them. Among those, the CPU whose
     /// decider is lowest in the hierarchy is asked (the last CPU first on a tie).
-    fn kick_cpu(&mut self, task: TaskId) {
+    fn kick_cpu(&mut self, now: Ns, task: TaskId) {
         let rec = &self.tasks.recs[task.0 as usize];
-        let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && rec.affinity.contains(c);
-        let cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
+        let free = |c: CpuId| rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now);
+        let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
+        let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
+        if cpu.is_none() {
+            let Some(owner) = self.index_of(rec.owner) else { return };
+            let mut best: Option<(usize, bool, CpuId)> = None;
+            for c in (0..self.ncpus).map(CpuId).filter(|&c| free(c)) {
+                let Some(running) = self.tasks.cpus[c.0 as usize] else { continue };
+                let Some(decider) = self.tasks.recs[running.0 as usize].ran_by.and_then(|s| self.index_of(s)) else {
+                    continue;
+                };
+                if decider <= owner {
+                    continue;
+                }
+                let key = (decider, rec.last_cpu == Some(c), c);
+                if best.map_or(true, |b| (key.0, key.1) > (b.0, b.1)) {
+                    best = Some(key);
+                }
+            }
+            cpu = best.map(|b| b.2);
+        }
         if let Some(cpu) = cpu {
-            self.effects.push(Effect::Resched(cpu));
-            return;
-        }
-        let Some(owner) = self.index_of(rec.owner) else { return };
-        let mut best: Option<(usize, bool, CpuId)> = None;
-        for c in (0..self.ncpus).map(CpuId) {
-            if !rec.affinity.contains(c) {
-                continue;
-            }
-            let Some(running) = self.tasks.cpus[c.0 as usize] else { continue };
-            let Some(decider) = self.tasks.recs[running.0 as usize].ran_by.and_then(|s| self.index_of(s)) else { continue };
-            if decider <= owner {
-                continue;
-            }
-            let key = (decider, rec.last_cpu == Some(c), c);
-            if best.map_or(true, |b| (key.0, key.1) > (b.0, b.1)) {
-                best = Some(key);
-            }
-        }
-        if let Some((_, _, cpu)) = best {
+            self.kicked_at[cpu.0 as usize] = Some(now);
             self.effects.push(Effect::Resched(cpu));
         }
     }
@@ -498,7 +523,7 @@ impl Dispatcher {
         }
         self.tasks.recs[task.0 as usize].state = TaskState::Runnable;
         self.notify(task, now, |p, ctx| p.on_wake(ctx, task, wake));
-        self.kick_cpu(task);
+        self.kick_cpu(now, task);
         self.apply_exclusive(now);
         true
     }
@@ -609,7 +634,7 @@ impl Dispatcher {
         }
         match self.tasks.recs[task.0 as usize].state {
             TaskState::Running(cpu) => self.effects.push(Effect::Resched(cpu)),
-            TaskState::Runnable => self.kick_cpu(task),
+            TaskState::Runnable => self.kick_cpu(now, task),
             _ => {}
         }
         Reply::Ok
@@ -655,6 +680,7 @@ impl Dispatcher {
     /// schedulers are queried top-down until one gives a valid decision. `None`: idle.
     pub fn schedule(&mut self, now: Ns, cpu: CpuId, why: Preempt) -> Option<Dispatched> {
         self.stats.decisions += 1;
+        self.kicked_at[cpu.0 as usize] = None;
         let prev = self.tasks.cpus[cpu.0 as usize];
         if let Some(t) = prev {
             self.stop_running(t);
@@ -686,6 +712,10 @@ impl Dispatcher {
             self.stats.idle += 1;
         }
         self.apply_exclusive(now);
+        // The preempted task is runnable again: another CPU may be free for it.
+        if let Some(t) = prev.filter(|&t| self.tasks.state(t) == TaskState::Runnable) {
+            self.kick_cpu(now, t);
+        }
         result
     }
 
@@ -693,6 +723,9 @@ impl Dispatcher {
     /// blocked); `target` runs there if it is runnable, not running and allowed. The
     /// owner is told with `on_dispatch`; no scheduler is queried.
     pub fn hand_off(&mut self, now: Ns, cpu: CpuId, target: TaskId) -> Result<Dispatched, Refusal> {
+        if let Some(k) = self.kicked_at.get_mut(cpu.0 as usize) {
+            *k = None;
+        }
         let rec = self.tasks.recs.get(target.0 as usize).ok_or(Refusal::NoSuchTask)?;
         match rec.state {
             TaskState::Dead => return Err(Refusal::NoSuchTask),

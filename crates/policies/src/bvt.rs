@@ -80,18 +80,29 @@
 //! - When the warp limit is hit, warp is disabled (§2.2: it "remains unwarped until it
 //!   explicitly sets its state to warped again"); a request made within U_i is deferred,
 //!   logged, and honoured by a scheduler event when U_i has passed.
+//! - A new (or newly attached) task starts at A = SVT, as if it had been runnable but not
+//!   dispatched (the §2.1 argument for waking tasks).
+//! - Multiprocessor: a waking task preempts the CPU whose running task it beats by the most;
+//!   otherwise every CPU whose running task would reach the §2.1 crossover against it
+//!   before its slice ends gets a scheduler event at that time. A task that loses the
+//!   decision on its CPU is offered to the other CPUs the same way (an idle one is asked to
+//!   decide at once). Slices are not shortened for other reasons (e.g. a task's weight
+//!   changing while it is queued).
 //! - A yielding task is passed over for one decision if any other task may run there.
 //! - Interactivity heuristic (§6.3.2, `interactive = true`): applies to tasks without an
 //!   explicit `warp` parameter. Such a task has warp enabled and a level 0..=4 (new tasks
 //!   start at 4); its warp is W_int·level/4. Each full quantum (max(C, mcu)) it runs without
 //!   blocking lowers the level by one; blocking voluntarily before using a quantum since it
-//!   last woke raises it by one (Linux's `counter`).
+//!   last woke raises it by one (Linux's `counter`). Linux's third signal, "not dispatched
+//!   when it unblocks", is not used. The paper's rule that a user may only lower (nice)
+//!   weights and warps inherited from the parent is not enforced: messages are not checked
+//!   against the sender.
 
 use std::collections::BTreeSet;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
-    TaskId, TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
+    TaskState, Wake, MS,
 };
 
 use crate::params::Params;
@@ -320,7 +331,9 @@ impl Bvt {
         if cfg.mcu == 0 {
             return Err("bvt parameter 'mcu': must be more than 0ns".into());
         }
-        for (name, v) in [("mcu", cfg.mcu), ("c", cfg.c), ("migration_penalty", cfg.migration_penalty), ("w_int", cfg.w_int)] {
+        for (name, v) in
+            [("mcu", cfg.mcu), ("c", cfg.c), ("migration_penalty", cfg.migration_penalty), ("w_int", cfg.w_int)]
+        {
             if v > MAX_TIME as u64 {
                 return Err(format!("bvt parameter '{name}': {v}ns is too large (at most 2^62 ns)"));
             }
@@ -496,7 +509,11 @@ impl Bvt {
 
     /// The credit a task would keep if dispatched on `cpu` now.
     fn effective_credit(t: &Task, cpu: CpuId, now: Ns) -> Ns {
-        if t.stopped == Some((cpu, now)) { t.credit } else { 0 }
+        if t.stopped == Some((cpu, now)) {
+            t.credit
+        } else {
+            0
+        }
     }
 
     /// Estimated AVT increase of a running task since it was last accounted (§3: the
@@ -1189,10 +1206,7 @@ impl Policy for Bvt {
         // A yielding task is passed over if anyone else can run here.
         let skip = prev.filter(|p| p.1 == Preempt::Yield).map(|p| p.0).filter(|&id| usable(self, id));
         // §2.1: the task that was running here keeps the CPU until E_j ≤ E_i − C/w_i.
-        let favoured = prev
-            .filter(|p| p.1 != Preempt::Yield && !no_favour)
-            .map(|p| p.0)
-            .filter(|&id| usable(self, id));
+        let favoured = prev.filter(|p| p.1 != Preempt::Yield && !no_favour).map(|p| p.0).filter(|&id| usable(self, id));
         let (b1, b2) = self.scan(ctx, cpu, skip);
         let cand = |s: &Self, id: TaskId| {
             let t = s.t(id);

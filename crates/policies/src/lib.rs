@@ -26,6 +26,10 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("rr", "Go! GTE round robin: one global FIFO, preemptive, fixed quantum (params: quantum)"),
         ("fps", "fixed-priority preemptive, optionally rate-monotonic (params: rm, quantum)"),
         ("wrr", "weighted round robin: a turn is weight x quantum (params: quantum)"),
+        (
+            "bvt",
+            "borrowed virtual time, paper 001 (params: mcu, c, migration_penalty, interactive, w_int, wake_preempt)",
+        ),
     ]
 }
 
@@ -52,7 +56,8 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
             let quantum = positive(kind, "quantum", p.duration("quantum", 10 * MS)?)?;
             Box::new(WeightedRoundRobin::new(quantum))
         }
-        // More kinds go here, each reading its parameters from `p` (e.g. "bvt").
+        "bvt" => Box::new(bvt::build(&mut p)?),
+        // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(
                 "unknown policy '{kind}'; expected one of: {}",

@@ -190,7 +190,8 @@ impl Sim {
     fn decide(&mut self, cpu: u16, why: Preempt) {
         self.account(cpu);
         let r = self.d.schedule(self.now, CpuId(cpu), why);
-        self.running[cpu as usize] = r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
+        self.running[cpu as usize] =
+            r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
         if let Some(d) = r {
             self.disp.push((self.now, CpuId(cpu), d));
         }
@@ -547,7 +548,10 @@ fn fig4_warp_time_limit_unwarps_a_looping_task() {
     let i = sim.info(mpeg);
     assert!(!i.warped && !i.warp_back);
     assert_eq!(i.avt, vmcu(6));
-    assert_eq!(sim.log(), vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(5) } }]);
+    assert_eq!(
+        sim.log(),
+        vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(5) } }]
+    );
     // From now on it time-slices as an ordinary task: weighted sharing resumes.
     sim.advance(mcu(100));
     assert!(!sim.info(mpeg).warped);
@@ -566,10 +570,8 @@ fn unwarp_time_requirement_defers_a_warp_request() {
     // mpeg: warp 50, L = 2, U = 20 mcu, against one batch task (weight 1, C = 2 mcu).
     let mut sim = Sim::new(1, cfg(2));
     let bigsim = sim.add(params(&[]), true);
-    let mpeg = sim.add(
-        params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(20) as i64)]),
-        false,
-    );
+    let mpeg =
+        sim.add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(20) as i64)]), false);
     sim.advance(mcu(5));
     sim.wake(mpeg, VOL); // warped: runs at once
     sim.advance(mcu(6));
@@ -604,10 +606,8 @@ fn an_involuntary_block_does_not_end_a_warped_episode() {
     for voluntary in [false, true] {
         let mut sim = Sim::new(1, cfg(2));
         let bigsim = sim.add(params(&[]), true);
-        let mpeg = sim.add(
-            params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(4) as i64), ("unwarp", mcu(20) as i64)]),
-            false,
-        );
+        let mpeg = sim
+            .add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(4) as i64), ("unwarp", mcu(20) as i64)]), false);
         sim.advance(mcu(5));
         sim.wake(mpeg, VOL);
         sim.advance(mcu(7));
@@ -784,12 +784,7 @@ fn affinity_is_respected() {
 fn a_child_inherits_its_parents_parameters() {
     let mut sim = Sim::new(1, cfg(2));
     let parent = sim.add(
-        params(&[
-            ("weight", 3),
-            ("warp", mcu(7) as i64),
-            ("warp_limit", mcu(2) as i64),
-            ("unwarp", mcu(5) as i64),
-        ]),
+        params(&[("weight", 3), ("warp", mcu(7) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(5) as i64)]),
         true,
     );
     let child = sim.add_full(params(&[]), CpuSet::first(1), Some(parent), true);
@@ -966,26 +961,35 @@ fn bad_task_parameters_are_refused_at_attach() {
         (params(&[("unwarp", -1)]), "unwarp"),
         (params(&[("warp_on", 2)]), "warp_on"),
     ] {
-        let info = AttachInfo { state: TaskState::Runnable, params: &kv, affinity: CpuSet::first(1), parent: None, guest: false };
+        let info = AttachInfo {
+            state: TaskState::Runnable,
+            params: &kv,
+            affinity: CpuSet::first(1),
+            parent: None,
+            guest: false,
+        };
         let e = b.on_attach(&mut ctx, TaskId(0), &info).unwrap_err();
         assert!(e.contains(word), "{e}");
     }
     assert_eq!(b.task_count(), 0);
     let ok = params(&[("weight", 5), ("other_policys_param", -7)]);
-    let info = AttachInfo { state: TaskState::Runnable, params: &ok, affinity: CpuSet::first(1), parent: None, guest: false };
+    let info =
+        AttachInfo { state: TaskState::Runnable, params: &ok, affinity: CpuSet::first(1), parent: None, guest: false };
     assert!(b.on_attach(&mut ctx, TaskId(0), &info).is_ok());
 }
 
 #[test]
-fn join_with_bad_parameters_is_refused_through_the_dispatcher() {
+fn bad_parameters_are_refused_through_the_dispatcher() {
     let mut sim = Sim::new(1, cfg(2));
+    let r = sim.d.try_add_task(0, params(&[("weight", 7), ("unwarp", -3)]), CpuSet::first(1), None, true);
+    let (t, why) = r.unwrap_err();
+    assert!(why.contains("unwarp"), "{why}");
+    assert_eq!(sim.d.state(t), TaskState::Dead);
+    // A task with good parameters may join a second BVT scheduler (a reserved-effort level).
     let upper = sim
         .d
         .register("bvt-re", Box::new(Bvt::default()), Usage::Reserved { cpu_ppm: 500_000 }, Position::Top)
         .unwrap();
-    let bad = sim.add(params(&[("weight", 7), ("unwarp", -3)]), true);
-    let r = sim.d.message(sim.now, upper, Sender::ROOT, bad, &Request::Join);
-    assert!(matches!(&r, Reply::Refused(why) if why.contains("unwarp")), "{r:?}");
     let good = sim.add(params(&[("weight", 7)]), true);
     assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, good, &Request::Join), Reply::Ok);
     assert_eq!(sim.d.owner(good), Some(upper));
@@ -998,7 +1002,8 @@ fn guests_are_run_like_own_tasks() {
     let mut sim = Sim::new(1, cfg(2));
     let own = sim.add(params(&[]), true);
     let g = sim.add(params(&[]), true);
-    let upper = sim.d.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
+    let upper =
+        sim.d.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
     assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, g, &Request::Join), Reply::Ok);
     sim.settle();
     assert!(sim.d.is_guest(g));
@@ -1128,59 +1133,5 @@ proptest! {
         let bound = mcu((c + 1) * n + borrowed) as u128;
         let (lag, _) = run_shares(&weights, &warps, c, 1500, &toggles);
         prop_assert!(lag <= bound, "lag {} > {}", lag, bound);
-    }
-}
-
-
-
-#[test]
-#[ignore]
-fn probe_direct() {
-    struct BV { states: Vec<TaskState>, running: Option<TaskId> }
-    impl TaskView for BV {
-        fn state(&self, t: TaskId) -> TaskState { self.states[t.0 as usize] }
-        fn affinity(&self, _: TaskId) -> CpuSet { CpuSet::first(1) }
-        fn owner(&self, _: TaskId) -> Option<SchedId> { Some(SchedId(0)) }
-        fn last_cpu(&self, _: TaskId) -> Option<CpuId> { Some(CpuId(0)) }
-        fn running_on(&self, _: CpuId) -> Option<TaskId> { self.running }
-    }
-    for c in [MCU, 200 * MS] {
-    for n in [10usize, 100_000] {
-        let mut p = Bvt::new(BvtConfig { c, ..BvtConfig::default() }).unwrap();
-        let mut view = BV { states: vec![TaskState::Runnable; n], running: None };
-        let (mut fx, mut ex) = (Vec::new(), Vec::new());
-        for i in 0..n {
-            let prm = TaskParams::new();
-            let info = AttachInfo { state: TaskState::Runnable, params: &prm, affinity: CpuSet::first(1), parent: None, guest: false };
-            let mut ctx = Ctx::new(0, 1, SchedId(0), &mut fx, &mut ex, &view);
-            p.on_attach(&mut ctx, TaskId(i as u32), &info).unwrap();
-        }
-        let cpu = CpuId(0);
-        let mut cur: Option<TaskId> = None;
-        let rounds = 1_000_000u64;
-        let start = std::time::Instant::now();
-        let mut switches = 0;
-        for r in 0..rounds {
-            let now = r;
-            if let Some(t) = cur {
-                view.states[t.0 as usize] = TaskState::Runnable;
-                view.running = None;
-                let mut ctx = Ctx::new(now, 1, SchedId(0), &mut fx, &mut ex, &view);
-                p.on_run(&mut ctx, t, cpu, 1_000);
-                let why = if r % 4 == 0 { Preempt::Resched } else { Preempt::SliceExpired };
-                p.on_preempt(&mut ctx, t, cpu, why);
-            }
-            let d = { let mut ctx = Ctx::new(now, 1, SchedId(0), &mut fx, &mut ex, &view); p.pick(&mut ctx, cpu) };
-            let t = d.expect("a decision").task;
-            if Some(t) != cur { switches += 1; }
-            view.states[t.0 as usize] = TaskState::Running(cpu);
-            view.running = Some(t);
-            let mut ctx = Ctx::new(now, 1, SchedId(0), &mut fx, &mut ex, &view);
-            p.on_dispatch(&mut ctx, t, cpu);
-            cur = Some(t);
-            fx.clear();
-        }
-        println!("c={c} n={n}: {:.0} ns/decision, {switches} switches", start.elapsed().as_nanos() as f64 / rounds as f64);
-    }
     }
 }

@@ -21,7 +21,7 @@ fn err(kind: &str, kv: &[(&str, ParamValue)]) -> String {
 #[test]
 fn registry_lists_the_baselines() {
     let names: Vec<&str> = kinds().iter().map(|(k, _)| *k).collect();
-    for k in ["rr", "fps", "wrr"] {
+    for k in ["rr", "fps", "wrr", "bvt"] {
         assert!(names.contains(&k), "{k} missing from {names:?}");
         let p = build_policy(k, &BTreeMap::new()).unwrap();
         assert_eq!(p.kind(), k);

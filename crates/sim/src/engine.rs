@@ -46,6 +46,8 @@ pub enum SimError {
     Invariant { now: Ns, what: String },
     #[error("scenario has {0} CPUs; expected 1..=64")]
     Cpus(u16),
+    #[error("task '{task}': the default scheduler '{sched}' refused it: {reason}")]
+    TaskRefused { task: String, sched: String, reason: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,11 +65,34 @@ enum Ev {
     Unscheduled(u16),
 }
 
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+/// A queued event, ordered by time then by the order it was queued, packed into one
+/// `u128` so the heap compares a single integer.
 struct Entry {
-    at: Ns,
-    seq: u64,
+    key: u128,
     ev: Ev,
+}
+
+impl Entry {
+    fn at(&self) -> Ns {
+        (self.key >> 64) as Ns
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
 }
 
 #[derive(Default)]
@@ -79,6 +104,8 @@ struct Cpu {
     /// Time up to which this CPU is accounted.
     settled: Ns,
     gen: u64,
+    /// The time of the queued `CpuTimer` event carrying `gen`, if any.
+    timer_at: Option<Ns>,
     pending_resched: bool,
     resched_count: u32,
     resched_at: Ns,
@@ -190,7 +217,9 @@ impl Sim {
         let mut handlers: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut task_index = BTreeMap::new();
         for (i, spec) in sc.tasks.iter().enumerate() {
-            let id = disp.add_task(0, spec.params.clone(), spec.affinity, None, false);
+            let id = disp
+                .try_add_task(0, spec.params.clone(), spec.affinity, None, false)
+                .map_err(|(_, reason)| SimError::TaskRefused { task: spec.name.clone(), sched: sc.default_name.clone(), reason })?;
             if let Behaviour::Handler { vector, .. } = spec.behaviour {
                 handlers.entry(vector).or_default().push(i);
             }
@@ -246,7 +275,7 @@ impl Sim {
             return;
         }
         self.seq += 1;
-        self.queue.push(Reverse(Entry { at, seq: self.seq, ev }));
+        self.queue.push(Reverse(Entry { key: (at as u128) << 64 | self.seq as u128, ev }));
     }
 
     /// Rounds a timer expiry up to the clock's resolution.
@@ -292,7 +321,7 @@ impl Sim {
     /// Runs to the horizon and reports.
     pub fn run(mut self) -> Result<Report, SimError> {
         while let Some(Reverse(e)) = self.queue.pop() {
-            self.now = e.at;
+            self.now = e.at();
             self.metrics.events += 1;
             self.handle(e.ev);
             self.flush();
@@ -370,13 +399,22 @@ impl Sim {
     fn replan(&mut self, c: usize) {
         let now = self.now;
         let cpu = &mut self.cpus[c];
+        let at = match cpu.current {
+            None => FOREVER,
+            Some(i) => {
+                let remaining = self.tasks[i].remaining;
+                let done = if remaining == FOREVER { FOREVER } else { now.max(cpu.busy_until).saturating_add(remaining) };
+                done.min(cpu.slice_end.unwrap_or(FOREVER))
+            }
+        };
+        let at = (at != FOREVER).then_some(at);
+        if at == cpu.timer_at {
+            return; // the queued timer is still right
+        }
         cpu.gen += 1;
+        cpu.timer_at = at;
         let gen = cpu.gen;
-        let Some(i) = cpu.current else { return };
-        let remaining = self.tasks[i].remaining;
-        let done = if remaining == FOREVER { FOREVER } else { now.max(cpu.busy_until).saturating_add(remaining) };
-        let at = done.min(cpu.slice_end.unwrap_or(FOREVER));
-        if at != FOREVER {
+        if let Some(at) = at {
             self.push(at, Ev::CpuTimer(c as u16, gen));
         }
     }
@@ -490,6 +528,7 @@ impl Sim {
                 if self.cpus[c].gen != gen {
                     return;
                 }
+                self.cpus[c].timer_at = None;
                 self.settle(c);
                 let Some(i) = self.cpus[c].current else { return };
                 if self.tasks[i].remaining == 0 {
