@@ -31,7 +31,7 @@
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
     AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply, Request,
-    Sender, TaskParams, TaskState, TaskView, Wake,
+    PolicyLog, Sender, TaskParams, TaskState, TaskView, Wake,
 };
 use crate::time::Ns;
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
@@ -163,6 +163,8 @@ pub struct Dispatcher {
     /// When each CPU was last asked (by `kick_cpu`) for a decision not yet made, so two
     /// wake-ups at one instant kick two idle CPUs rather than the same one twice.
     kicked_at: Vec<Option<Ns>>,
+    /// Log entries of unregistered schedulers, kept until drained.
+    departed_logs: Vec<(String, PolicyLog)>,
     stats: DispatchStats,
 }
 
@@ -187,6 +189,7 @@ impl Dispatcher {
             exclusive: Vec::new(),
             pending_exclusive: Vec::new(),
             kicked_at: vec![None; ncpus as usize],
+            departed_logs: Vec::new(),
             stats: DispatchStats::default(),
         }
     }
@@ -238,6 +241,19 @@ impl Dispatcher {
     pub fn params(&self, task: TaskId) -> Option<&TaskParams> {
         self.tasks.recs.get(task.0 as usize).map(|r| &r.params)
     }
+    /// Every scheduler's debugging log entries (see [`Policy::drain_log`]), with the
+    /// scheduler's name, in time order (stable: by scheduler top-down at equal times).
+    pub fn drain_logs(&mut self) -> Vec<(String, PolicyLog)> {
+        let mut all = std::mem::take(&mut self.departed_logs);
+        for s in &mut self.scheds {
+            let mut log = Vec::new();
+            s.policy.drain_log(&mut log);
+            all.extend(log.into_iter().map(|l| (s.name.clone(), l)));
+        }
+        all.sort_by_key(|(_, l)| l.at);
+        all
+    }
+
     /// Moves the effects policies asked for into `out` (which is cleared first).
     pub fn drain_effects(&mut self, out: &mut Vec<Effect>) {
         out.clear();
@@ -378,7 +394,10 @@ impl Dispatcher {
         for &t in &moved {
             self.call(idx, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
         }
-        self.scheds.remove(idx);
+        let mut departing = self.scheds.remove(idx);
+        let mut log = Vec::new();
+        departing.policy.drain_log(&mut log);
+        self.departed_logs.extend(log.into_iter().map(|l| (departing.name.clone(), l)));
         // Requests the departing scheduler made no longer apply.
         self.pending_exclusive.retain(|&(by, _, _)| by != id);
         let default = self.scheds.len() - 1;

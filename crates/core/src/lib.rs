@@ -14,7 +14,7 @@ pub mod usage;
 pub use hierarchy::{Dispatched, DispatchStats, Dispatcher, Position, RegisterError, SchedInfo};
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use policy::{
-    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply,
+    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply,
     Request, Sender, TaskParams, TaskState, TaskView, Wake,
 };
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};

@@ -346,4 +346,15 @@ pub trait Policy: Send {
     /// Which task should run on `cpu` next, and for how long — or `None`, no opinion.
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision>;
     fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, _decision: Decision, _why: Refusal) {}
+    /// Moves the policy's debugging log entries (e.g. BVT's warp-limit events, end of
+    /// §2.2) into `out`. The mechanism shows them in its report.
+    fn drain_log(&mut self, _out: &mut Vec<PolicyLog>) {}
+}
+
+/// One entry of a policy's debugging log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyLog {
+    pub at: Ns,
+    pub task: Option<TaskId>,
+    pub text: String,
 }

@@ -300,6 +300,8 @@ pub struct Bvt {
     svt_floor: i128,
     cpus: Vec<CpuState>,
     log: Vec<BvtLogEntry>,
+    /// Entries of `log` already handed to the mechanism by `drain_log`.
+    log_drained: usize,
 }
 
 /// Builds a BVT policy from scheduler parameters: `mcu` (default 10ms, §3), `c` (default
@@ -346,6 +348,7 @@ impl Bvt {
             svt_floor: 0,
             cpus: Vec::new(),
             log: Vec::new(),
+            log_drained: 0,
         })
     }
 
@@ -465,6 +468,7 @@ impl Bvt {
     fn push_log(&mut self, at: Ns, task: TaskId, event: BvtLogEvent) {
         if self.log.len() >= LOG_CAP {
             self.log.drain(..LOG_CAP / 2);
+            self.log_drained = self.log_drained.saturating_sub(LOG_CAP / 2);
         }
         self.log.push(BvtLogEntry { at, task, event });
     }
@@ -882,7 +886,30 @@ fn check_time(key: &str, v: i64) -> Result<u64, String> {
     }
 }
 
+impl BvtLogEvent {
+    fn describe(&self) -> String {
+        match *self {
+            BvtLogEvent::WarpLimit { warped_for } => {
+                format!("warp time limit: unwarped after running warped {}", vassal_core::fmt_duration(warped_for))
+            }
+            BvtLogEvent::WarpDenied { until } => {
+                format!("unwarp time requirement: warp request deferred until {}", vassal_core::fmt_duration(until))
+            }
+            BvtLogEvent::WarpResumed => "unwarp time requirement met: warped again".to_string(),
+        }
+    }
+}
+
 impl Policy for Bvt {
+    fn drain_log(&mut self, out: &mut Vec<vassal_core::PolicyLog>) {
+        out.extend(self.log[self.log_drained..].iter().map(|e| vassal_core::PolicyLog {
+            at: e.at,
+            task: Some(e.task),
+            text: e.event.describe(),
+        }));
+        self.log_drained = self.log.len();
+    }
+
     fn kind(&self) -> &str {
         "bvt"
     }

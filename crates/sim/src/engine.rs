@@ -180,6 +180,40 @@ fn rng_for(seed: u64, salt: u64, index: u64) -> ChaCha8Rng {
     r
 }
 
+/// A span of time during which `task` held `cpu` (switch cost included), and the
+/// scheduler whose decision put it there.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Slice {
+    pub cpu: u16,
+    pub task: usize,
+    pub start: Ns,
+    pub end: Ns,
+    pub by: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum MarkKind {
+    Wake,
+    Block,
+    Exit,
+}
+
+/// A point event of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Mark {
+    pub at: Ns,
+    pub task: usize,
+    pub kind: MarkKind,
+}
+
+/// What happened when, for plots, trace files and metrics over time. Recorded only on
+/// request ([`Sim::record_trace`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Trace {
+    pub slices: Vec<Slice>,
+    pub marks: Vec<Mark>,
+}
+
 /// A simulation of one scenario.
 pub struct Sim {
     /// Shared so behaviour code can read the scenario while the engine changes.
@@ -201,6 +235,9 @@ pub struct Sim {
     effects: Vec<Effect>,
     metrics: Metrics,
     checks: bool,
+    trace: Option<Trace>,
+    /// Per CPU: the open slice (task, start, decider).
+    open: Vec<Option<(usize, Ns, String)>>,
 }
 
 impl Sim {
@@ -259,6 +296,8 @@ impl Sim {
             effects: Vec::new(),
             metrics,
             checks: false,
+            trace: None,
+            open: vec![None; n],
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -268,6 +307,34 @@ impl Sim {
     /// Checks the dispatcher's and the engine's invariants after every event (slow; for tests).
     pub fn set_checks(&mut self, on: bool) {
         self.checks = on;
+    }
+
+    /// Records a [`Trace`] of the run (see [`Sim::run_traced`]).
+    pub fn record_trace(&mut self) {
+        self.trace = Some(Trace::default());
+    }
+
+    fn mark(&mut self, task: usize, kind: MarkKind) {
+        if let Some(t) = &mut self.trace {
+            t.marks.push(Mark { at: self.now, task, kind });
+        }
+    }
+
+    /// Closes CPU `c`'s open slice and opens one for `next` (None: idle).
+    fn slice(&mut self, c: usize, next: Option<(usize, &str)>) {
+        let Some(trace) = &mut self.trace else { return };
+        let now = self.now;
+        if let (Some((t, _, _)), Some((n, _))) = (&self.open[c], next) {
+            if *t == n {
+                return; // the same task goes on
+            }
+        }
+        if let Some((task, start, by)) = self.open[c].take() {
+            if now > start {
+                trace.slices.push(Slice { cpu: c as u16, task, start, end: now, by });
+            }
+        }
+        self.open[c] = next.map(|(t, by)| (t, now, by.to_string()));
     }
 
     fn push(&mut self, at: Ns, ev: Ev) {
@@ -319,7 +386,13 @@ impl Sim {
     }
 
     /// Runs to the horizon and reports.
-    pub fn run(mut self) -> Result<Report, SimError> {
+    pub fn run(self) -> Result<Report, SimError> {
+        self.run_traced().map(|(r, _)| r)
+    }
+
+    /// Runs to the horizon; returns the report and the trace (empty unless
+    /// [`Sim::record_trace`] was called).
+    pub fn run_traced(mut self) -> Result<(Report, Trace), SimError> {
         while let Some(Reverse(e)) = self.queue.pop() {
             self.now = e.at();
             self.metrics.events += 1;
@@ -336,7 +409,11 @@ impl Sim {
         if self.checks {
             self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
         }
-        Ok(self.report())
+        for c in 0..self.cpus.len() {
+            self.slice(c, None);
+        }
+        let trace = self.trace.take().unwrap_or_default();
+        Ok((self.report(), trace))
     }
 
     /// The engine's invariants (beyond the dispatcher's own).
@@ -436,6 +513,7 @@ impl Sim {
             None => {
                 self.cpus[c].current = None;
                 self.cpus[c].slice_end = None;
+                self.slice(c, None);
                 self.replan(c);
             }
         }
@@ -452,6 +530,10 @@ impl Sim {
             self.metrics.switched_in(i, d.migrated);
         }
         let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
+        if self.trace.is_some() {
+            let by = self.disp.sched_name(d.by).unwrap_or("?").to_string();
+            self.slice(c, Some((i, &by)));
+        }
         let cpu = &mut self.cpus[c];
         cpu.current = Some(i);
         cpu.slice_end = slice_end;
@@ -794,6 +876,7 @@ impl Sim {
         match step {
             Step::Run | Step::Yield => {
                 self.tasks[i].wait = Wait::None;
+                self.mark(i, MarkKind::Wake);
                 self.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
             }
@@ -822,7 +905,9 @@ impl Sim {
             Step::Block { voluntary, wake_at, hand_off } => {
                 self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
                 self.metrics.blocked(i);
+                self.mark(i, MarkKind::Block);
                 self.cpus[c].current = None;
+                self.slice(c, None);
                 if wake_at.is_some() {
                     self.arm_wait(i, voluntary, wake_at);
                 }
@@ -834,6 +919,7 @@ impl Sim {
             }
             Step::Exit => {
                 self.cpus[c].current = None;
+                self.slice(c, None);
                 self.exit(i);
                 self.schedule(c, Preempt::Resched);
             }
@@ -841,6 +927,7 @@ impl Sim {
     }
 
     fn exit(&mut self, i: usize) {
+        self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
         t.wait = Wait::Exited;
         t.wake_gen += 1;
@@ -848,6 +935,7 @@ impl Sim {
         if let Some(c) = self.disp.remove_task(self.now, id) {
             let c = c.0 as usize;
             self.cpus[c].current = None;
+            self.slice(c, None);
             self.schedule(c, Preempt::Resched);
         }
         self.metrics.blocked(i);
@@ -919,7 +1007,13 @@ impl Sim {
 
     // ----- the report -----
 
-    fn report(self) -> Report {
+    fn report(mut self) -> Report {
+        let mut log = std::mem::take(&mut self.metrics.log);
+        for (sched, l) in self.disp.drain_logs() {
+            let who = l.task.and_then(|t| self.sc.tasks.get(t.0 as usize)).map_or(String::new(), |t| format!("{}: ", t.name));
+            log.push((l.at, format!("[{sched}] {who}{}", l.text)));
+        }
+        log.sort_by_key(|(at, _)| *at);
         let elapsed = self.sc.until;
         let total: Ns = self.metrics.tasks.iter().map(|t| t.cpu_ns).sum();
         let tasks = self
@@ -983,7 +1077,7 @@ impl Sim {
                 interrupts: self.metrics.interrupts,
                 overhead_ns: self.metrics.cpus.iter().map(|c| c.overhead_ns).sum(),
             },
-            log: self.metrics.log,
+            log: log.iter().map(|(at, text)| crate::metrics::log_line(*at, text)).collect(),
         }
     }
 }

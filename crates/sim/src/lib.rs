@@ -8,5 +8,5 @@ pub mod report;
 pub mod repro;
 pub mod scenario;
 
-pub use engine::{simulate, Sim, SimError};
+pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
 pub use report::Report;

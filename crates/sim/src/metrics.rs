@@ -90,7 +90,8 @@ pub struct Metrics {
     pub migrations: u64,
     pub events: u64,
     pub interrupts: u64,
-    pub log: Vec<String>,
+    /// Engine events worth a line in the report, with their time.
+    pub log: Vec<(Ns, String)>,
 }
 
 impl Metrics {
@@ -147,6 +148,11 @@ impl Metrics {
         }
     }
     pub fn note(&mut self, now: Ns, text: impl AsRef<str>) {
-        self.log.push(format!("{:>4}.{:09}s {}", now / 1_000_000_000, now % 1_000_000_000, text.as_ref()));
+        self.log.push((now, text.as_ref().to_string()));
     }
+}
+
+/// Formats a log line: the time in seconds with ns precision, then the text.
+pub fn log_line(at: Ns, text: &str) -> String {
+    format!("{:>4}.{:09}s {}", at / 1_000_000_000, at % 1_000_000_000, text)
 }

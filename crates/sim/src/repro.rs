@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use crate::engine::Trace;
+use crate::model::Scenario;
 use crate::report::{Report, TaskReport};
 use crate::scenario::load_scenario;
 
@@ -186,14 +190,106 @@ impl Expect {
     }
 }
 
-/// Runs one experiment file: its scenario, then each `[[expect]]` row.
+/// The largest gap, at any slice boundary, between a task's CPU time and its weighted fair
+/// share of the CPU time the group received (BVT Figure 1: "the error between fair share
+/// and actual"), over tasks whose names start with `prefix`; weights from each task's
+/// `weight` parameter (default 1). CPU time here is slice time, so switch costs count.
+pub fn fair_share_lag(sc: &Scenario, trace: &Trace, prefix: &str) -> Result<f64, String> {
+    let group: Vec<(usize, f64)> = sc
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name.starts_with(prefix))
+        .map(|(i, t)| (i, t.params.get("weight").copied().unwrap_or(1).max(1) as f64))
+        .collect();
+    if group.len() < 2 {
+        return Err(format!("fair-share lag needs two or more tasks named {prefix}*"));
+    }
+    let total_w: f64 = group.iter().map(|(_, w)| w).sum();
+    // Slice boundaries in time order: (time, task, +1 start / -1 end).
+    let mut edges: Vec<(u64, usize, i8)> = Vec::new();
+    for s in &trace.slices {
+        if group.iter().any(|(i, _)| *i == s.task) {
+            edges.push((s.start, s.task, 1));
+            edges.push((s.end, s.task, -1));
+        }
+    }
+    edges.sort();
+    let mut cpu: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut running: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut worst: f64 = 0.0;
+    for (at, task, kind) in edges {
+        if kind > 0 {
+            running.insert(task, at);
+        } else if let Some(start) = running.remove(&task) {
+            *cpu.entry(task).or_default() += (at - start) as f64;
+        }
+        // Measure only when no group task is mid-slice, so the accounts are complete.
+        if running.is_empty() {
+            let g: f64 = cpu.values().sum();
+            for (i, w) in &group {
+                let lag = (cpu.get(i).copied().unwrap_or(0.0) - w / total_w * g).abs();
+                worst = worst.max(lag);
+            }
+        }
+    }
+    Ok(worst / 1e6)
+}
+
+/// Metrics that need the trace: `trace.lag.PREFIX.max_ms` (see [`fair_share_lag`]).
+fn trace_metric(sc: &Scenario, trace: &Trace, path: &str) -> Result<f64, String> {
+    match path.split('.').collect::<Vec<_>>().as_slice() {
+        ["trace", "lag", prefix, "max_ms"] => fair_share_lag(sc, trace, prefix),
+        _ => Err(format!("metric '{path}': expected trace.lag.PREFIX.max_ms")),
+    }
+}
+
+/// Experiments computed without a simulation: the file has a `[computed]` table whose
+/// `kind` names the computation; the rest of the table is its input.
+fn computed_metrics(kind: &str, input: &toml::Table) -> Result<BTreeMap<String, f64>, String> {
+    match kind {
+        _ => Err(format!("unknown computed experiment kind '{kind}'")),
+    }
+}
+
+/// Runs one experiment file: its scenario (or computation), then each `[[expect]]` row.
 pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
     let expects = read_expects(path)?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(computed) = table.get("computed") {
+        let input = computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
+        let kind = input
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .ok_or_else(|| format!("{}: [computed] needs kind = \"...\"", path.display()))?;
+        let values = computed_metrics(kind, input).map_err(|e| format!("{}: {e}", path.display()))?;
+        return expects
+            .iter()
+            .map(|e| {
+                values.get(&e.metric).map(|&v| e.judge(v)).ok_or_else(|| {
+                    format!("{}: expect '{}': {kind} computes no '{}' (it has: {})", path.display(), e.id, e.metric,
+                        values.keys().cloned().collect::<Vec<_>>().join(", "))
+                })
+            })
+            .collect();
+    }
     let scenario = load_scenario(path).map_err(|e| e.to_string())?;
-    let report = crate::simulate(scenario).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
+    if expects.iter().any(|e| e.metric.starts_with("trace.")) {
+        sim.record_trace();
+    }
+    let (report, trace) = sim.run_traced().map_err(|e| format!("{}: {e}", path.display()))?;
     expects
         .iter()
-        .map(|e| metric(&report, &e.metric).map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
+        .map(|e| {
+            let v = if e.metric.starts_with("trace.") {
+                trace_metric(&scenario, &trace, &e.metric)
+            } else {
+                metric(&report, &e.metric)
+            };
+            v.map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
+        })
         .collect()
 }
 

@@ -454,6 +454,12 @@ fn loaded_at(s: &SchedulerSpec, at: Ns) -> bool {
     s.load_at <= at && s.unload_at.map_or(true, |u| u > at)
 }
 
+/// Known bug (see `a_lower_scheduler_cannot_livelock_a_cpu_run_by_a_higher_one`): the
+/// fps default scheduler, hosting guests of a higher scheduler, livelocks a CPU with
+/// reschedule requests. While it stands, random scenarios do not assert the absence of
+/// the engine's "over 10000 reschedules at one instant" note. Set to false once fixed.
+const KNOWN_BUG_RESCHED_LIVELOCK: bool = true;
+
 /// Every property on one report of scenario `sc`.
 fn check_report(sc: &Scenario, r: &Report) -> Result<(), TestCaseError> {
     let until = sc.until;
@@ -495,6 +501,22 @@ fn check_report(sc: &Scenario, r: &Report) -> Result<(), TestCaseError> {
             prop_assert_eq!(t.migrations, 0, "{} is pinned to one CPU yet migrated", &t.name);
         }
         prop_assert!((0.0..=1.0).contains(&t.cpu_frac));
+        // Every latency sample is taken when the task is switched in.
+        prop_assert!(t.latency.count <= t.switches, "{}: {} latency samples, {} switches", &t.name, t.latency.count, t.switches);
+        // Jobs: at most one finished per release.
+        if let Behaviour::Periodic { period, offset, jobs, .. } = spec.behaviour {
+            let first = spec.start + offset;
+            let released = if first > until { 0 } else { (until - first) / period + 1 };
+            let released = jobs.map_or(released, |n| released.min(n));
+            prop_assert!(t.jobs_met + t.jobs_missed <= released, "{}: {} jobs done, {} released", &t.name, t.jobs_met + t.jobs_missed, released);
+        }
+    }
+    // No policy livelocked a CPU, no script spun without progress.
+    for l in &r.log {
+        if !KNOWN_BUG_RESCHED_LIVELOCK {
+            prop_assert!(!l.contains("reschedules at one instant"), "{}", l);
+        }
+        prop_assert!(!l.contains("makes no progress"), "{}", l);
     }
 
     // 5. No task is lost. The registered schedulers at the end are the default and every
@@ -883,4 +905,37 @@ fn idle_time_is_accounted() {
     assert_eq!(r.cpus[0].overhead_ns, 30 * US);
     assert_eq!(r.cpus[1].idle_ns, 100 * MS);
     assert_eq!(r.cpus[1].utilisation, 0.0);
+}
+
+/// A lower scheduler must not be able to livelock a CPU whose task a higher scheduler
+/// chose. Here "top" (rr) runs its two hogs; the default (fps) hosts them as guests at
+/// priority 0 and has a more important hog of its own, t1 (priority 2). Each time top
+/// dispatches a guest, fps (told through on_dispatch) takes it for its own least
+/// important running task and asks for a reschedule to run t1; the dispatcher asks top
+/// first, top picks its hog again, fps asks again, ... at one instant, until the
+/// engine's RESCHED_LIMIT (10,000) stops honouring the requests.
+#[test]
+#[ignore = "policy/dispatcher bug: fps as the guest host asks for a reschedule every time a higher \
+            scheduler dispatches a guest (FixedPriority::on_dispatch/preempt_check): a livelock \
+            stopped only by the engine's RESCHED_LIMIT"]
+fn a_lower_scheduler_cannot_livelock_a_cpu_run_by_a_higher_one() {
+    for cpus in [1u16, 2] {
+        let mut sc = scenario(machine(cpus, ClockMode::OneShot, 100, 0, 0), policy("fps", &[]), vec![], 50 * MS);
+        sc.schedulers.push(SchedulerSpec {
+            name: "top".into(),
+            policy: rr(10 * MS),
+            usage: Usage::Reserved { cpu_ppm: 100_000 },
+            load_at: 0,
+            unload_at: None,
+        });
+        let mut t0 = hog("t0");
+        t0.scheduler = Some("top".into());
+        let mut t2 = hog("t2");
+        t2.scheduler = Some("top".into());
+        sc.tasks = vec![t0, with_param(hog("t1"), "priority", 2), t2];
+        let r = run_checked(sc);
+        let livelock: Vec<&String> = r.log.iter().filter(|l| l.contains("reschedules at one instant")).collect();
+        assert!(livelock.is_empty(), "{cpus} CPU(s): {livelock:?}; {} decisions in 50ms", r.totals.decisions);
+        assert!(r.totals.decisions < 1_000, "{cpus} CPU(s): {} decisions in 50ms", r.totals.decisions);
+    }
 }
