@@ -267,11 +267,40 @@ impl Dispatcher {
     fn call<R>(&mut self, idx: usize, now: Ns, f: impl FnOnce(&mut dyn Policy, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.scheds[idx];
         let id = slot.id;
+        let before = self.effects.len();
         let mut ctx = Ctx::new(now, self.ncpus, id, &mut self.effects, &mut self.exclusive, &self.tasks);
         let r = f(slot.policy.as_mut(), &mut ctx);
         // Remember who asked, so a request never applies on behalf of another scheduler.
         self.pending_exclusive.extend(self.exclusive.drain(..).map(|(t, e)| (id, t, e)));
+        self.drop_reschedules_over_higher(idx, before);
         r
+    }
+
+    /// A scheduler cannot preempt a decision made by a scheduler above it: the re-query
+    /// would ask that one first anyway. Dropping such requests keeps a lower policy that
+    /// misjudges what runs where (e.g. a guest its owner dispatched) from livelocking a
+    /// CPU with reschedules.
+    fn drop_reschedules_over_higher(&mut self, idx: usize, from: usize) {
+        if idx == 0 || self.effects.len() == from {
+            return;
+        }
+        let higher: Vec<SchedId> = self.scheds[..idx].iter().map(|s| s.id).collect();
+        let (recs, cpus) = (&self.tasks.recs, &self.tasks.cpus);
+        let mut i = from;
+        self.effects.retain(|e| {
+            let keep = i < from
+                || match e {
+                    Effect::Resched(cpu) => !cpus
+                        .get(cpu.0 as usize)
+                        .copied()
+                        .flatten()
+                        .and_then(|t| recs[t.0 as usize].ran_by)
+                        .is_some_and(|by| higher.contains(&by)),
+                    _ => true,
+                };
+            i += 1;
+            keep
+        });
     }
 
     /// Calls `f` on the task's owner and, if it is a guest there, on the default scheduler.
@@ -523,7 +552,7 @@ impl Dispatcher {
                     continue;
                 }
                 let key = (decider, rec.last_cpu == Some(c), c);
-                if best.map_or(true, |b| (key.0, key.1) > (b.0, b.1)) {
+                if best.is_none_or(|b| (key.0, key.1) > (b.0, b.1)) {
                     best = Some(key);
                 }
             }

@@ -64,7 +64,7 @@ pub fn parse_duration(text: &str) -> Result<Ns, DurationError> {
         let f: u128 = frac.parse().map_err(|_| DurationError::NotANumber(s.to_string()))?;
         let den = 10u128.pow(digits);
         let scaled = f * scale;
-        if scaled % den != 0 {
+        if !scaled.is_multiple_of(den) {
             return Err(DurationError::NotANumber(format!("{s} (finer than 1ns)")));
         }
         total += scaled / den;
@@ -75,7 +75,7 @@ pub fn parse_duration(text: &str) -> Result<Ns, DurationError> {
 /// Formats nanoseconds with the largest unit that divides evenly, for messages and reports.
 pub fn fmt_duration(ns: Ns) -> String {
     for (unit, scale) in [("s", SEC), ("ms", MS), ("us", US)] {
-        if ns != 0 && ns % scale == 0 {
+        if ns != 0 && ns.is_multiple_of(scale) {
             return format!("{}{unit}", ns / scale);
         }
     }

@@ -65,17 +65,11 @@ impl Usage {
 }
 
 /// Tunables of the hierarchy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HierarchyConfig {
     /// The least share of the machine, in millionths of one CPU, that the registered
     /// schedulers' demands must leave to best-effort work. Default: 5% of the machine.
     pub min_best_effort_ppm: Option<u64>,
-}
-
-impl Default for HierarchyConfig {
-    fn default() -> Self {
-        HierarchyConfig { min_best_effort_ppm: None }
-    }
 }
 
 impl HierarchyConfig {

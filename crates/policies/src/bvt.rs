@@ -15,9 +15,12 @@
 //!   *context switch allowance*, is real time; C/w_i is what i's AVT advances by
 //!   running C). `pick` keeps the task that was just running until that crossover and
 //!   gives it a slice that ends exactly there (§3, the "context-switch countdown").
+//!   (`c_weight = w` replaces C/w_i by C/w for every task: one virtual allowance, which
+//!   the paper's Table 5 fits better; off by default.)
 //! - §2.1: *scheduler virtual time* SVT = min A_j over runnable tasks; a task waking from a
 //!   voluntary sleep gets A_i ← max(A_i, SVT). A task blocked involuntarily (page
-//!   fault) keeps counting in the SVT minimum and keeps its A_i.
+//!   fault) keeps counting in the SVT minimum and keeps its A_i. (`svt_adjust = false`
+//!   turns the adjustment off, only to show Figure 2's starvation without it.)
 //! - §3/§4: a waking task is dispatched immediately if its EVT is less than the running
 //!   task's (configurable: `wake_preempt = "allowance"` applies the §2.1 C-rule to
 //!   wake-ups too).
@@ -154,6 +157,17 @@ pub struct BvtConfig {
     /// W_int, virtual ns (§6.3.2).
     pub w_int: Ns,
     pub wake_preempt: WakePreempt,
+    /// §2.1: A_i ← max(A_i, SVT) when a task wakes from a voluntary sleep. `false` turns the
+    /// adjustment off, only to show what it prevents (Figure 2: the sleeper would starve
+    /// the others).
+    pub svt_adjust: bool,
+    /// The weight whose virtual time the allowance C is measured in. 0 (the default): the
+    /// running task's own, §2.1's E_j ≤ E_i − C/w_i, so every task runs C real time past
+    /// the others. w > 0: E_j ≤ E_i − C/w for every task, one virtual allowance for all (a
+    /// task of weight w_i then runs C·w_i/w past the others). Not in the paper's text; the
+    /// paper's Table 5 (a low-weight looping rt thread's 540 ms latency) fits it, see
+    /// docs/repro.md.
+    pub c_weight: u64,
 }
 
 impl Default for BvtConfig {
@@ -165,6 +179,8 @@ impl Default for BvtConfig {
             interactive: false,
             w_int: 200 * MS,
             wake_preempt: WakePreempt::Immediate,
+            svt_adjust: true,
+            c_weight: 0,
         }
     }
 }
@@ -307,7 +323,10 @@ pub struct Bvt {
 /// Builds a BVT policy from scheduler parameters: `mcu` (default 10ms, §3), `c` (default
 /// 200ms, §4), `migration_penalty` (default 0, §2.4), `interactive` (default false,
 /// §6.3.2), `w_int` (default = c, §6.2.2: an interactive warp that reaches SVT after running
-/// C), `wake_preempt` ("immediate", the default, §3/§4; or "allowance", §2.1).
+/// C), `wake_preempt` ("immediate", the default, §3/§4; or "allowance", §2.1), `svt_adjust`
+/// (default true: A_i ← max(A_i, SVT) on a voluntary wake-up, §2.1; false only to show
+/// Figure 2's "without adjustment"), `c_weight` (default 0: C/w_i with the running task's
+/// weight, §2.1; w > 0: C/w for every task).
 pub fn build(p: &mut Params) -> Result<Bvt, String> {
     let d = BvtConfig::default();
     let mcu = p.duration("mcu", d.mcu)?;
@@ -319,7 +338,9 @@ pub fn build(p: &mut Params) -> Result<Bvt, String> {
         "allowance" => WakePreempt::Allowance,
         _ => WakePreempt::Immediate,
     };
-    Bvt::new(BvtConfig { mcu, c, migration_penalty, interactive, w_int, wake_preempt })
+    let svt_adjust = p.bool("svt_adjust", d.svt_adjust)?;
+    let c_weight = p.int("c_weight", d.c_weight as i64, 0..=MAX_WEIGHT)? as u64;
+    Bvt::new(BvtConfig { mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight })
 }
 
 impl Default for Bvt {
@@ -384,6 +405,12 @@ impl Bvt {
     /// Tasks attached to this scheduler.
     pub fn task_count(&self) -> usize {
         self.tasks.iter().filter(|t| t.is_some()).count()
+    }
+
+    /// The runnable, not running task with the earliest EVT (ties: AVT, then id), ignoring
+    /// affinity and migration penalties; O(log n). (For two-level BVT, `bvt2`.)
+    pub fn queue_head(&self) -> Option<TaskId> {
+        self.queue.first().map(|&(_, _, id)| id)
     }
 
     // ----- bookkeeping -----
@@ -484,7 +511,16 @@ impl Bvt {
     /// §2.1: switch from running i to j when E_j ≤ E_i − C/w_i, i.e. w_i·(E_i − E_j) ≥ C
     /// (exact, in integers).
     fn c_rule(&self, w_i: u64, e_i: i128, e_j: i128) -> bool {
-        w_i as i128 * (e_i - e_j) >= self.c_vt()
+        self.c_w(w_i) as i128 * (e_i - e_j) >= self.c_vt()
+    }
+
+    /// The weight C is divided by for a running task of weight `w_i` (see `c_weight`).
+    fn c_w(&self, w_i: u64) -> u64 {
+        if self.cfg.c_weight > 0 {
+            self.cfg.c_weight
+        } else {
+            w_i
+        }
     }
 
     /// §2.4: the migration penalty M for running `id` on `cpu`.
@@ -536,11 +572,12 @@ impl Bvt {
     /// None: too far in the future to matter.
     fn run_until_cross(&self, t: &Task, credit: Ns, e_t: i128, e_rival: i128) -> Option<Ns> {
         let w = t.weight as i128;
-        let need = self.c_vt() - w * (e_t - e_rival);
+        let cw = self.c_w(t.weight) as i128;
+        let need = self.c_vt() - cw * (e_t - e_rival);
         if need <= 0 {
             return Some(0);
         }
-        let q = (need + w - 1) / w; // AVT units to gain
+        let q = (need + cw - 1) / cw; // AVT units to gain
         let units = q * w - t.frac as i128; // > 0: q ≥ 1 and frac < w
         let k = (units + self.mcu_vt() - 1) / self.mcu_vt();
         let ns = credit as u128 + k as u128 * self.cfg.mcu as u128;
@@ -950,8 +987,9 @@ impl Policy for Bvt {
         // §2.1: A_i ← max(A_i, SVT) after a voluntary sleep. An involuntarily blocked task
         // counted in the SVT minimum, so SVT ≤ A_i and it keeps its A_i.
         let svt = self.svt_now(now);
+        let svt_adjust = self.cfg.svt_adjust;
         self.update(task, |t| {
-            if voluntary && t.avt < svt {
+            if voluntary && svt_adjust && t.avt < svt {
                 t.avt = svt;
                 t.frac = 0;
             }

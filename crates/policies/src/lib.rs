@@ -7,7 +7,11 @@
 //! - [`wrr`]: weighted round robin, the BVT paper's WRR baseline (paper 001 §5.1).
 
 pub mod fps;
+pub mod linux22;
 pub mod bvt;
+pub mod bvt2;
+pub mod bvt_admission;
+pub mod bvt_plan;
 pub mod params;
 pub mod rr;
 pub mod wrr;
@@ -28,8 +32,13 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("wrr", "weighted round robin: a turn is weight x quantum (params: quantum)"),
         (
             "bvt",
-            "borrowed virtual time, paper 001 (params: mcu, c, migration_penalty, interactive, w_int, wake_preempt)",
+            "borrowed virtual time, paper 001 (params: mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight)",
         ),
+        (
+            "bvt2",
+            "two-level BVT, paper 001 §2.5/§6.3: reserved effort (root, admission) over a best-effort aggregate (params: mode, threshold, be_share, be_warp, be_warp_limit, be_unwarp, and bvt's)",
+        ),
+        ("linux22", "Linux 2.2 SCHED_OTHER: counter/priority epochs, goodness (params: tick, priority, cpu_bonus)"),
     ]
 }
 
@@ -57,6 +66,8 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
             Box::new(WeightedRoundRobin::new(quantum))
         }
         "bvt" => Box::new(bvt::build(&mut p)?),
+        "bvt2" => Box::new(bvt2::build(&mut p)?),
+        "linux22" => Box::new(linux22::build(&mut p)?),
         // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(

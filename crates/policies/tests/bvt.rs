@@ -454,6 +454,57 @@ fn fig2_voluntary_sleep_brings_avt_up_to_svt() {
 }
 
 #[test]
+fn fig2_without_the_svt_adjustment_the_sleeper_starves_the_other() {
+    // The same as above with `svt_adjust = false`: gcc wakes with A = 0 while bigsim is at
+    // 15, preempts it at once, and keeps the CPU until it is C/w past bigsim: A_gcc = 16
+    // virtual mcu, 32 mcu of running at weight 2 (the paper's "lower thin line").
+    let mut sim = Sim::new(1, BvtConfig { svt_adjust: false, ..cfg(2) });
+    let bigsim = sim.add(params(&[]), true);
+    let gcc = sim.add(params(&[("weight", 2)]), false);
+    sim.advance(mcu(15));
+    sim.wake(gcc, VOL);
+    assert_eq!(sim.info(gcc).avt, 0, "no A_i ← max(A_i, SVT)");
+    assert_eq!(sim.running(0), Some(gcc), "EVT 0 < 15: gcc preempts bigsim");
+    sim.advance(mcu(60));
+    assert_eq!(sim.trace0(), vec![(0, 0), (15, 1), (47, 0), (50, 1), (56, 0), (59, 1)]);
+    assert_eq!(sim.ran(bigsim), mcu(15 + 3 + 3), "accounted up to the last switch");
+}
+
+#[test]
+fn svt_adjust_is_a_scheduler_parameter() {
+    let empty = BTreeMap::new();
+    assert!(bvt::build(&mut Params::new("bvt", &empty)).unwrap().config().svt_adjust);
+    let off: BTreeMap<String, ParamValue> = [("svt_adjust".to_string(), ParamValue::Bool(false))].into();
+    let mut p = Params::new("bvt", &off);
+    assert!(!bvt::build(&mut p).unwrap().config().svt_adjust);
+    p.finish().unwrap();
+    let bad: BTreeMap<String, ParamValue> = [("svt_adjust".to_string(), ParamValue::Int(0))].into();
+    assert!(bvt::build(&mut Params::new("bvt", &bad)).is_err());
+}
+
+#[test]
+fn c_weight_measures_the_allowance_in_one_weights_virtual_time() {
+    // Weights 1 and 2, C = 2 mcu. §2.1 (c_weight = 0): each runs C real time past the other.
+    let mut sim = Sim::new(1, cfg(2));
+    sim.add(params(&[]), true);
+    sim.add(params(&[("weight", 2)]), true);
+    sim.advance(mcu(12));
+    assert_eq!(sim.trace0(), vec![(0, 0), (2, 1), (8, 0), (11, 1)]);
+    // c_weight = 2: both switch once 1 virtual mcu (C/2) past the other.
+    let mut sim = Sim::new(1, BvtConfig { c_weight: 2, ..cfg(2) });
+    sim.add(params(&[]), true);
+    sim.add(params(&[("weight", 2)]), true);
+    sim.advance(mcu(12));
+    assert_eq!(sim.trace0(), vec![(0, 0), (1, 1), (5, 0), (7, 1), (11, 0)]);
+    let map: BTreeMap<String, ParamValue> = [("c_weight".to_string(), ParamValue::Int(10))].into();
+    let mut p = Params::new("bvt", &map);
+    assert_eq!(bvt::build(&mut p).unwrap().config().c_weight, 10);
+    p.finish().unwrap();
+    let bad: BTreeMap<String, ParamValue> = [("c_weight".to_string(), ParamValue::Int(-1))].into();
+    assert!(bvt::build(&mut Params::new("bvt", &bad)).is_err());
+}
+
+#[test]
 fn fig2_involuntary_block_keeps_avt_and_holds_svt_back() {
     let mut sim = Sim::new(1, cfg(2));
     let gcc = sim.add(params(&[("weight", 2)]), true);

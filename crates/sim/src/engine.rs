@@ -158,7 +158,7 @@ enum Step {
 fn sample(d: &Dist, rng: &mut ChaCha8Rng) -> Ns {
     match *d {
         Dist::Const(v) => v,
-        Dist::Uniform(lo, hi) => rng.gen_range(lo..=hi),
+        Dist::Uniform(lo, hi) => rng.gen_range(lo.min(hi)..=hi.max(lo)),
         Dist::Exp(mean) => {
             if mean == 0 {
                 return 0;
@@ -364,7 +364,7 @@ impl Sim {
         for (i, t) in sc.tasks.iter().enumerate() {
             self.push(t.start, Ev::TaskStart(i));
             if let Behaviour::Periodic { offset, .. } = t.behaviour {
-                self.push(t.start + offset, Ev::JobRelease(i));
+                self.push(t.start.saturating_add(offset), Ev::JobRelease(i));
             }
             if let Some(at) = t.loop_at {
                 self.push(at, Ev::LoopFault(i));
@@ -375,7 +375,7 @@ impl Sim {
         }
         for k in 0..self.sc.interrupts.len() {
             let gap = sample(&self.sc.interrupts[k].every, &mut self.irq_rngs[k]).max(1);
-            self.push(self.sc.interrupts[k].start + gap, Ev::Interrupt(k));
+            self.push(self.sc.interrupts[k].start.saturating_add(gap), Ev::Interrupt(k));
         }
         if let Some(u) = &sc.machine.unscheduled {
             for c in 0..self.cpus.len() {
@@ -472,6 +472,12 @@ impl Sim {
         }
     }
 
+    fn settle_all(&mut self) {
+        for c in 0..self.cpus.len() {
+            self.settle(c);
+        }
+    }
+
     /// Plans the next event on CPU `c`: the current burst's completion or its slice end.
     fn replan(&mut self, c: usize) {
         let now = self.now;
@@ -526,7 +532,7 @@ impl Sim {
             let m = &self.sc.machine;
             let cost = m.switch_cost + if d.migrated { m.migration_cost } else { 0 };
             let cpu = &mut self.cpus[c];
-            cpu.busy_until = cpu.busy_until.max(now) + cost;
+            cpu.busy_until = cpu.busy_until.max(now).saturating_add(cost);
             self.metrics.switched_in(i, d.migrated);
         }
         let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
@@ -626,14 +632,12 @@ impl Sim {
                     self.settle(c);
                     self.disp.tick(self.now, CpuId(c as u16));
                 }
-                self.push(self.now + self.tick, Ev::Tick);
+                self.push(self.now.saturating_add(self.tick), Ev::Tick);
             }
             Ev::SchedEvent(sched, token, gen) => {
                 if self.sched_events.get(&(sched, token)) == Some(&gen) {
                     self.sched_events.remove(&(sched, token));
-                    for c in 0..self.cpus.len() {
-                        self.settle(c);
-                    }
+                    self.settle_all();
                     self.disp.fire_event(self.now, sched, token);
                 }
             }
@@ -645,9 +649,9 @@ impl Sim {
                 let dur = sample(&u.duration, &mut self.cpu_rngs[c]);
                 let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
                 let cpu = &mut self.cpus[c];
-                cpu.busy_until = cpu.busy_until.max(self.now) + dur;
+                cpu.busy_until = cpu.busy_until.max(self.now).saturating_add(dur);
                 self.replan(c);
-                self.push(self.now + gap, Ev::Unscheduled(c as u16));
+                self.push(self.now.saturating_add(gap), Ev::Unscheduled(c as u16));
             }
         }
     }
@@ -674,9 +678,7 @@ impl Sim {
 
     fn unload_sched(&mut self, k: usize) {
         let Some(id) = self.sched_ids[k].take() else { return };
-        for c in 0..self.cpus.len() {
-            self.settle(c);
-        }
+        self.settle_all();
         match self.disp.unregister(self.now, id) {
             Ok(moved) => self.metrics.note(
                 self.now,
@@ -697,9 +699,7 @@ impl Sim {
         self.metrics.tasks[i].messages += 1;
         let reply = match sched {
             Some(s) => {
-                for c in 0..self.cpus.len() {
-                    self.settle(c);
-                }
+                self.settle_all();
                 self.disp.message(self.now, s, from, self.tasks[i].id, &req)
             }
             None => Reply::refused(format!("no scheduler named '{to}' is loaded")),
@@ -755,7 +755,7 @@ impl Sim {
                     t.work = Work::Burst { start: now };
                     Step::Run
                 } else {
-                    let wake_at = now + sample(think, &mut t.rng);
+                    let wake_at = now.saturating_add(sample(think, &mut t.rng));
                     Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None }
                 }
             }
@@ -766,7 +766,7 @@ impl Sim {
                     t.work = Work::Plain;
                     Step::Run
                 } else {
-                    let wake_at = now + sample(sleep, &mut t.rng);
+                    let wake_at = now.saturating_add(sample(sleep, &mut t.rng));
                     Step::Block { voluntary: *voluntary, wake_at: Some(wake_at), hand_off: None }
                 }
             }
@@ -807,17 +807,18 @@ impl Sim {
                     return Step::Run;
                 }
                 Phase::Sleep(d) => {
-                    let wake_at = now + sample(d, &mut t.rng);
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
                 }
                 Phase::Fault(d) => {
-                    let wake_at = now + sample(d, &mut t.rng);
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
                 }
                 &Phase::Timer(period) => {
-                    let mut target = t.timer_target.map_or(now + period, |p| p + period);
-                    while target < now {
-                        target += period;
+                    let mut target = t.timer_target.map_or(now, |p| p).saturating_add(period);
+                    if target < now {
+                        // missed expiries are skipped: the next one after now
+                        target = target.saturating_add((now - target).div_ceil(period.max(1)).saturating_mul(period));
                     }
                     t.timer_target = Some(target);
                     return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
@@ -827,7 +828,7 @@ impl Sim {
                     return Step::Yield;
                 }
                 Phase::HandOff { to, sleep } => {
-                    let wake_at = now + sample(sleep, &mut t.rng);
+                    let wake_at = now.saturating_add(sample(sleep, &mut t.rng));
                     let hand_off = self.task_index.get(to).copied();
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off };
                 }
@@ -877,6 +878,8 @@ impl Sim {
             Step::Run | Step::Yield => {
                 self.tasks[i].wait = Wait::None;
                 self.mark(i, MarkKind::Wake);
+                // Policies compare the waking task with the running ones: settle accounts first.
+                self.settle_all();
                 self.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
             }
@@ -903,6 +906,9 @@ impl Sim {
             Step::Run => self.replan(c),
             Step::Yield => self.schedule(c, Preempt::Yield),
             Step::Block { voluntary, wake_at, hand_off } => {
+                // A hand-off target finishes the giver's slice (Go!'s directed yield
+                // donates the rest of the time slice).
+                let inherited = self.cpus[c].slice_end;
                 self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
                 self.metrics.blocked(i);
                 self.mark(i, MarkKind::Block);
@@ -913,16 +919,15 @@ impl Sim {
                 }
                 let handed = hand_off.and_then(|h| self.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
                 match handed {
-                    Some(d) => self.start(c, d),
+                    Some(d) => {
+                        self.start(c, d);
+                        self.cpus[c].slice_end = inherited;
+                        self.replan(c);
+                    }
                     None => self.schedule(c, Preempt::Resched),
                 }
             }
-            Step::Exit => {
-                self.cpus[c].current = None;
-                self.slice(c, None);
-                self.exit(i);
-                self.schedule(c, Preempt::Resched);
-            }
+            Step::Exit => self.exit(i), // frees the CPU and makes its next decision
         }
     }
 
@@ -948,13 +953,13 @@ impl Sim {
             return;
         }
         t.released += 1;
-        t.jobs.push_back((self.now, self.now + deadline));
-        let more = jobs.map_or(true, |n| t.released < n);
+        t.jobs.push_back((self.now, self.now.saturating_add(deadline)));
+        let more = jobs.is_none_or(|n| t.released < n);
         if matches!(t.wait, Wait::Job) {
             self.resume(i);
         }
         if more {
-            self.push(self.now + period, Ev::JobRelease(i));
+            self.push(self.now.saturating_add(period), Ev::JobRelease(i));
         }
     }
 
@@ -974,7 +979,7 @@ impl Sim {
             }
         }
         let gap = sample(&src.every, &mut self.irq_rngs[k]).max(1);
-        self.push(self.now + gap, Ev::Interrupt(k));
+        self.push(self.now.saturating_add(gap), Ev::Interrupt(k));
     }
 
     /// The task turns into an infinite loop.

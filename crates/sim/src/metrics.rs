@@ -24,8 +24,10 @@ impl Hist {
             h.auto(true);
             h
         });
-        // auto-resizing: recording cannot fail for a u64 value
-        h.saturating_record(v);
+        // `record` resizes the histogram (auto); `saturating_record` would clamp instead.
+        if h.record(v).is_err() {
+            h.saturating_record(v);
+        }
         self.min = if h.len() == 1 { v } else { self.min.min(v) };
         self.max = self.max.max(v);
         self.sum += v as u128;
@@ -34,7 +36,7 @@ impl Hist {
         self.h.as_ref().map_or(0, |h| h.len())
     }
     pub fn summary(&self) -> Summary {
-        let Some(h) = self.h.as_ref().filter(|h| h.len() > 0) else { return Summary::default() };
+        let Some(h) = self.h.as_ref().filter(|h| !h.is_empty()) else { return Summary::default() };
         let n = h.len();
         Summary {
             count: n,
