@@ -116,6 +116,8 @@ struct Cpu {
 enum Work {
     Plain,
     Job { release: Ns, deadline: Ns },
+    /// A player's frame, to be shown at `ideal`.
+    Frame { ideal: Ns },
     Burst { start: Ns },
     Irq { arrival: Ns },
 }
@@ -748,6 +750,20 @@ impl Sim {
                     Step::Block { voluntary: true, wake_at: None, hand_off: None }
                 }
             }
+            Behaviour::Player { period, offset, exec, .. } => {
+                // phase 2: the decoded frame waits for its display time (the next ideal
+                // time minus one period); otherwise decode the next frame.
+                if t.phase == 2 {
+                    t.phase = 1;
+                    let show = t.timer_target.map_or(now, |next| next - period);
+                    return Step::Block { voluntary: true, wake_at: Some(show), hand_off: None };
+                }
+                t.phase = 1;
+                let ideal = *t.timer_target.get_or_insert(now.saturating_add(*offset).saturating_add(*period));
+                t.remaining = sample(exec, &mut t.rng);
+                t.work = Work::Frame { ideal };
+                Step::Run
+            }
             Behaviour::Interactive { burst, think } => {
                 t.phase ^= 1;
                 if t.phase == 1 {
@@ -858,6 +874,18 @@ impl Sim {
                 self.metrics.job(i, release, now, deadline);
             }
             Work::Burst { start } | Work::Irq { arrival: start } => self.metrics.response(i, now - start),
+            Work::Frame { ideal } => {
+                let Behaviour::Player { period, late_after, .. } = self.sc.tasks[i].behaviour else { unreachable!() };
+                // Shown at its ideal time, or now if decoding ran past it (§4: "on time"
+                // is within late_after of the ideal time based on the previous frame).
+                let shown = now.max(ideal);
+                self.metrics.job(i, ideal.saturating_sub(period), shown, ideal.saturating_add(late_after));
+                let t = &mut self.tasks[i];
+                t.timer_target = Some(shown.saturating_add(period));
+                if now < ideal {
+                    t.phase = 2; // sleep until it is shown
+                }
+            }
         }
         self.tasks[i].work = Work::Plain;
     }
@@ -1052,7 +1080,7 @@ impl Sim {
                 cpu: c as u16,
                 busy_ns: m.busy_ns,
                 overhead_ns: m.overhead_ns,
-                idle_ns: elapsed - m.busy_ns - m.overhead_ns,
+                idle_ns: elapsed.saturating_sub(m.busy_ns + m.overhead_ns),
                 utilisation: if elapsed > 0 { m.busy_ns as f64 / elapsed as f64 } else { 0.0 },
             })
             .collect();

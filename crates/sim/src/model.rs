@@ -101,6 +101,13 @@ pub enum Behaviour {
     /// release. `jobs`: how many (None: forever). A job released while the previous one is
     /// unfinished queues behind it.
     Periodic { period: Ns, offset: Ns, exec: Dist, deadline: Ns, jobs: Option<u64> },
+    /// A media player paced by its previous frame (mpeg_play, BVT paper 001 §4): it decodes
+    /// a frame (`exec`), and shows it at its ideal time — the previous frame's display
+    /// time plus `period` (the first at start + offset + period) — or at once if decoding
+    /// ran past it. A frame shown more than `late_after` after its ideal time is late. A
+    /// late player slows down (the next ideal time follows the late display) rather than
+    /// catching up. Frames count as jobs: met = on time, missed = late.
+    Player { period: Ns, offset: Ns, exec: Dist, late_after: Ns },
     /// Bursts of CPU separated by think time (blocked, voluntary); response = burst
     /// completion − burst start.
     Interactive { burst: Dist, think: Dist },

@@ -524,6 +524,7 @@ struct RawBehaviour {
     period: Option<Spanned<Dur>>,
     exec: Option<Spanned<DistV>>,
     deadline: Option<Spanned<Dur>>,
+    late_after: Option<Spanned<Dur>>,
     offset: Option<Spanned<Dur>>,
     jobs: Option<Spanned<u64>>,
     burst: Option<Spanned<DistV>>,
@@ -977,6 +978,7 @@ impl Builder<'_> {
         let allowed: &[&str] = match kind {
             "cpu" => &["work"],
             "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
+            "player" => &["period", "exec", "late_after", "offset"],
             "interactive" => &["burst", "think"],
             "io" => &["run", "sleep", "voluntary"],
             "handler" => &["vector", "work"],
@@ -984,11 +986,12 @@ impl Builder<'_> {
             other => return Err(self.err(
                 raw.kind.span(),
                 format!(
-                    "unknown behaviour kind '{other}'; expected one of cpu, periodic, interactive, io, handler, script"
+                    "unknown behaviour kind '{other}'; expected one of cpu, periodic, player, interactive, io, handler, script"
                 ),
             )),
         };
-        let present: [(&str, Option<Range<usize>>); 14] = [
+        let present: [(&str, Option<Range<usize>>); 15] = [
+            ("late_after", raw.late_after.as_ref().map(Spanned::span)),
             ("work", raw.work.as_ref().map(Spanned::span)),
             ("period", raw.period.as_ref().map(Spanned::span)),
             ("exec", raw.exec.as_ref().map(Spanned::span)),
@@ -1053,6 +1056,18 @@ impl Builder<'_> {
                     exec,
                     deadline,
                     jobs,
+                }
+            }
+            "player" => {
+                let period = raw.period.as_ref().ok_or_else(|| need("period"))?;
+                if period.get_ref().0 == 0 {
+                    return Err(self.err(period.span(), "period must be greater than 0"));
+                }
+                Behaviour::Player {
+                    period: period.get_ref().0,
+                    offset: raw.offset.as_ref().map_or(0, |o| o.get_ref().0),
+                    exec: dist(&raw.exec, "exec")?,
+                    late_after: raw.late_after.as_ref().ok_or_else(|| need("late_after"))?.get_ref().0,
                 }
             }
             "interactive" => {

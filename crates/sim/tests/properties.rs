@@ -151,6 +151,7 @@ enum RawBeh {
     Io(Dist, Dist, bool),
     Script(Vec<RawPhase>, bool),
     Handler(u32, Dist),
+    Player(Ns, Dist, Ns),
 }
 
 fn raw_beh() -> impl Strategy<Value = RawBeh> {
@@ -168,6 +169,7 @@ fn raw_beh() -> impl Strategy<Value = RawBeh> {
         2 => (dist(10 * US, 5 * MS), dist(100 * US, 20 * MS), any::<bool>()).prop_map(|(r, s, v)| RawBeh::Io(r, s, v)),
         3 => (proptest::collection::vec(raw_phase(), 1..7), any::<bool>()).prop_map(|(p, r)| RawBeh::Script(p, r)),
         1 => (0u32..3, dist(10 * US, MS)).prop_map(|(v, w)| RawBeh::Handler(v, w)),
+        1 => (5 * MS..=40 * MS, dist(US, 10 * MS), 0..=30 * MS).prop_map(|(p, e, l)| RawBeh::Player(p, e, l)),
     ]
 }
 
@@ -227,7 +229,7 @@ struct RawSched {
 
 fn raw_sched() -> impl Strategy<Value = RawSched> {
     (
-        0u8..4,
+        0u8..POLICY_KINDS,
         proptest::option::of(MS..=20 * MS),
         any::<bool>(),
         100_000u64..=300_000,
@@ -258,7 +260,7 @@ fn raw_scenario() -> impl Strategy<Value = RawScenario> {
     (
         (1u16..=4, any::<bool>(), 100u32..=1000, 0..=50 * US, 0..=50 * US),
         proptest::option::weighted(0.3, (dist(MS, 10 * MS), dist(5 * US, 100 * US))),
-        (0u8..4, proptest::option::of(MS..=20 * MS)),
+        (0u8..POLICY_KINDS, proptest::option::of(MS..=20 * MS)),
         proptest::collection::vec(raw_sched(), 0..=2),
         proptest::collection::vec(raw_task(), 1..=40),
         proptest::collection::vec((0u32..4, dist(500 * US, 20 * MS), 0u32..1000, any::<bool>()), 0..=3),
@@ -283,18 +285,29 @@ fn raw_scenario() -> impl Strategy<Value = RawScenario> {
         })
 }
 
+/// The number of policy configurations `policy_of` can build.
+const POLICY_KINDS: u8 = 7;
+
 fn policy_of(kind: u8, quantum: Option<Ns>) -> PolicySpec {
     let mut params = BTreeMap::new();
     let name = match kind {
         0 => "rr",
         1 | 2 => "fps",
-        _ => "wrr",
+        3 => "wrr",
+        4 => "bvt",
+        5 => "linux22",
+        _ => "bvt2",
     };
     if kind == 2 {
         params.insert("rm".to_string(), ParamValue::Bool(true));
     }
     if let Some(q) = quantum {
-        params.insert("quantum".to_string(), dur(q));
+        // rr, fps and wrr take a quantum; BVT's equivalents are its mcu and C
+        match name {
+            "rr" | "fps" | "wrr" => params.insert("quantum".to_string(), dur(q)),
+            "bvt" | "bvt2" => params.insert("mcu".to_string(), dur(q)),
+            _ => params.insert("tick".to_string(), dur(q)),
+        };
     }
     PolicySpec { kind: name.into(), params }
 }
@@ -356,6 +369,7 @@ fn build(raw: &RawScenario) -> Scenario {
                 RawBeh::Interactive(b, th) => Behaviour::Interactive { burst: b.clone(), think: th.clone() },
                 RawBeh::Io(r, s, v) => Behaviour::Io { run: r.clone(), sleep: s.clone(), voluntary: *v },
                 RawBeh::Handler(v, w) => Behaviour::Handler { vector: *v, work: w.clone() },
+                RawBeh::Player(p, e, l) => Behaviour::Player { period: *p, offset: 0, exec: e.clone(), late_after: *l },
                 RawBeh::Script(phases, repeat) => {
                     let mut out: Vec<Phase> = phases
                         .iter()
@@ -442,7 +456,9 @@ fn may_exit(t: &TaskSpec) -> bool {
         Behaviour::Cpu { work } => work.is_some(),
         Behaviour::Periodic { jobs, .. } => jobs.is_some(),
         Behaviour::Script { repeat, .. } => !repeat,
-        Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } => false,
+        Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } | Behaviour::Player { .. } => {
+            false
+        }
     }
 }
 
@@ -593,10 +609,10 @@ proptest! {
     /// sits in a scheduler that is unloaded under it.
     #[test]
     fn a_lone_hog_gets_all_of_its_cpu(
-        cpus in 1u16..=4, tick in any::<bool>(), hz in 100u32..=1000, kind in 0u8..4,
+        cpus in 1u16..=4, tick in any::<bool>(), hz in 100u32..=1000, kind in 0u8..POLICY_KINDS,
         quantum in proptest::option::of(MS..=20 * MS), affinity in any::<u8>(),
         start_pm in 0u32..1000, until in 10 * MS..=300 * MS,
-        extra in proptest::option::of((0u8..4, 0u32..500, proptest::option::of(0u32..1000))),
+        extra in proptest::option::of((0u8..POLICY_KINDS, 0u32..500, proptest::option::of(0u32..1000))),
     ) {
         let m = machine(cpus, if tick { ClockMode::Tick } else { ClockMode::OneShot }, hz, 0, 0);
         let mut t = hog("hog");
