@@ -103,7 +103,7 @@ fn decision_cost(kind: &str, n: usize, iters: u32) -> Result<f64> {
 }
 
 pub fn run(quick: bool) -> Result<Bench> {
-    let (horizon, reps, iters) = if quick { (MS * 500, 1, 20_000) } else { (200_000 * MS, 3, 300_000) };
+    let (horizon, reps, iters) = if quick { (20_000 * MS, 1, 20_000) } else { (200_000 * MS, 3, 300_000) };
     let mut rates = Vec::new();
     let mut events = 0;
     for _ in 0..reps {

@@ -30,6 +30,10 @@ enum Cmd {
         /// Simulated horizon, e.g. "2s" (overrides the scenario's `until`).
         #[arg(long)]
         until: Option<String>,
+        /// Also write a trace of the run to FILE (Chrome JSON; open it in
+        /// https://ui.perfetto.dev; see docs/trace.md).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
     /// Reproduce the papers' experiments kept under experiments/ (all, or those whose
     /// group, file or row id starts with one of NAMES) and compare with the papers.
@@ -96,7 +100,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, seed, json, until } => {
+        Cmd::Sim { scenario, seed, json, until, trace } => {
             let mut sc = vassal_sim::scenario::load_scenario(&scenario).map_err(anyhow::Error::msg)?;
             if let Some(s) = seed {
                 sc.seed = s;
@@ -104,7 +108,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if let Some(u) = until {
                 sc.until = vassal_core::parse_duration(&u).with_context(|| format!("--until {u}"))?;
             }
-            let report = vassal_sim::simulate(sc)?;
+            let report = match &trace {
+                None => vassal_sim::simulate(sc)?,
+                Some(file) => {
+                    let mut sim = vassal_sim::Sim::new(sc.clone())?;
+                    sim.record_trace();
+                    let (report, t) = sim.run_traced()?;
+                    let out = vassal_sim::chrome_trace::to_chrome_json(&sc, &report, &t);
+                    std::fs::write(file, out).with_context(|| format!("cannot write the trace to {}", file.display()))?;
+                    report
+                }
+            };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
         }

@@ -8,6 +8,7 @@
 pub mod hierarchy;
 pub mod ids;
 pub mod policy;
+pub mod shared;
 pub mod time;
 pub mod usage;
 
@@ -17,5 +18,6 @@ pub use policy::{
     AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply,
     Request, Sender, TaskParams, TaskState, TaskView, Wake,
 };
+pub use shared::Shared;
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};
 pub use usage::{check_conflict, HierarchyConfig, Usage, CPU_PPM};

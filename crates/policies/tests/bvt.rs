@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns,
-    Policy, Position, Preempt, Refusal, Reply, Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns,
+    Policy, Position, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams, TaskState, TaskView,
     Usage, Wake, MS,
 };
 use vassal_policies::bvt::{
@@ -41,49 +41,6 @@ const VOL: Wake = Wake { voluntary: true, interrupt: None, warp: false };
 
 // ----- a policy wrapper so the test can look inside the boxed policy -----
 
-struct Shared(Arc<Mutex<Bvt>>);
-
-impl Policy for Shared {
-    fn kind(&self) -> &str {
-        "bvt"
-    }
-    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.0.lock().unwrap().on_attach(ctx, task, info)
-    }
-    fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
-        self.0.lock().unwrap().on_detach(ctx, task, why)
-    }
-    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.0.lock().unwrap().on_wake(ctx, task, wake)
-    }
-    fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
-        self.0.lock().unwrap().on_block(ctx, task, block)
-    }
-    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.0.lock().unwrap().on_dispatch(ctx, task, cpu)
-    }
-    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.0.lock().unwrap().on_preempt(ctx, task, cpu, why)
-    }
-    fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        self.0.lock().unwrap().on_run(ctx, task, cpu, ran)
-    }
-    fn on_tick(&mut self, ctx: &mut Ctx, cpu: CpuId) {
-        self.0.lock().unwrap().on_tick(ctx, cpu)
-    }
-    fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        self.0.lock().unwrap().on_event(ctx, token)
-    }
-    fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
-        self.0.lock().unwrap().on_message(ctx, from, task, req)
-    }
-    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.0.lock().unwrap().pick(ctx, cpu)
-    }
-    fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
-        self.0.lock().unwrap().on_refused(ctx, cpu, d, why)
-    }
-}
 
 /// A scheduler that owns tasks but never has an opinion (to make BVT a guest host).
 struct Abstain;
@@ -131,7 +88,7 @@ impl Sim {
 
     fn with(ncpus: u16, bvt: Bvt) -> Sim {
         let bvt = Arc::new(Mutex::new(bvt));
-        let d = Dispatcher::new(ncpus, "bvt", Box::new(Shared(bvt.clone())), HierarchyConfig::default());
+        let d = Dispatcher::new(ncpus, "bvt", Box::new(Shared::of(&bvt)), HierarchyConfig::default());
         Sim {
             d,
             bvt,

@@ -9,52 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Dispatcher, Effect, HierarchyConfig, Ns, Policy,
-    Preempt, Refusal, Reply, Request, SchedId, Sender, TaskId, TaskParams, Wake, MS,
+    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender,
+    Shared, TaskId, TaskParams, Wake, MS,
 };
 use vassal_policies::bvt2::{self, Bvt2};
 use vassal_policies::{ParamValue, Params};
 
-struct Shared(Arc<Mutex<Bvt2>>);
-
-impl Policy for Shared {
-    fn kind(&self) -> &str {
-        "bvt2"
-    }
-    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.0.lock().unwrap().on_attach(ctx, task, info)
-    }
-    fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
-        self.0.lock().unwrap().on_detach(ctx, task, why)
-    }
-    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.0.lock().unwrap().on_wake(ctx, task, wake)
-    }
-    fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
-        self.0.lock().unwrap().on_block(ctx, task, block)
-    }
-    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.0.lock().unwrap().on_dispatch(ctx, task, cpu)
-    }
-    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.0.lock().unwrap().on_preempt(ctx, task, cpu, why)
-    }
-    fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        self.0.lock().unwrap().on_run(ctx, task, cpu, ran)
-    }
-    fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        self.0.lock().unwrap().on_event(ctx, token)
-    }
-    fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
-        self.0.lock().unwrap().on_message(ctx, from, task, req)
-    }
-    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.0.lock().unwrap().pick(ctx, cpu)
-    }
-    fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
-        self.0.lock().unwrap().on_refused(ctx, cpu, d, why)
-    }
-}
 
 struct Run {
     task: TaskId,
@@ -90,7 +50,7 @@ fn new_sim(sched: &[(&str, ParamValue)]) -> Sim {
     let b = bvt2::build(&mut ps).unwrap();
     ps.finish().unwrap();
     let b = Arc::new(Mutex::new(b));
-    let d = Dispatcher::new(1, "bvt2", Box::new(Shared(b.clone())), HierarchyConfig::default());
+    let d = Dispatcher::new(1, "bvt2", Box::new(Shared::of(&b)), HierarchyConfig::default());
     Sim { d, b, now: 0, run: None, events: BTreeMap::new(), switches: Vec::new(), cpu: BTreeMap::new() }
 }
 

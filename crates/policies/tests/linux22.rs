@@ -8,55 +8,15 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
-    TaskId, Wake,
-};
+use vassal_core::{CpuId, CpuSet, Ns, Reply, Request, Shared, TaskId};
 use vassal_policies::linux22::{self, nice_to_priority, Linux22, Linux22Config, TICK_TOKEN};
 
 const TICK: Ns = 10_000_000;
 
-struct Shared(Arc<Mutex<Linux22>>);
-
-impl Policy for Shared {
-    fn kind(&self) -> &str {
-        "linux22"
-    }
-    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.0.lock().unwrap().on_attach(ctx, task, info)
-    }
-    fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
-        self.0.lock().unwrap().on_detach(ctx, task, why)
-    }
-    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.0.lock().unwrap().on_wake(ctx, task, wake)
-    }
-    fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
-        self.0.lock().unwrap().on_block(ctx, task, block)
-    }
-    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.0.lock().unwrap().on_dispatch(ctx, task, cpu)
-    }
-    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.0.lock().unwrap().on_preempt(ctx, task, cpu, why)
-    }
-    fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        self.0.lock().unwrap().on_event(ctx, token)
-    }
-    fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
-        self.0.lock().unwrap().on_message(ctx, from, task, req)
-    }
-    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.0.lock().unwrap().pick(ctx, cpu)
-    }
-    fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
-        self.0.lock().unwrap().on_refused(ctx, cpu, d, why)
-    }
-}
 
 fn setup(ncpus: u16, cfg: Linux22Config) -> (Sim, Arc<Mutex<Linux22>>) {
     let p = Arc::new(Mutex::new(Linux22::new(cfg)));
-    (Sim::new(ncpus, Box::new(Shared(p.clone()))), p)
+    (Sim::new(ncpus, Box::new(Shared::of(&p))), p)
 }
 
 fn default_cfg() -> Linux22Config {

@@ -831,6 +831,8 @@ impl Sim {
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
                 }
                 &Phase::Timer(period) => {
+                    self.metrics.iteration(i, false, now);
+                    let t = &mut self.tasks[i];
                     let mut target = t.timer_target.map_or(now, |p| p).saturating_add(period);
                     if target < now {
                         // missed expiries are skipped: the next one after now
@@ -849,6 +851,9 @@ impl Sim {
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off };
                 }
                 Phase::Send(s) => {
+                    if matches!(s.request, Request::Set { .. }) {
+                        self.metrics.iteration(i, true, now);
+                    }
                     self.send(i, &s.to, s.request.clone());
                 }
                 Phase::Join(name) => {
@@ -1065,6 +1070,7 @@ impl Sim {
                 jobs_met: m.jobs_met,
                 jobs_missed: m.jobs_missed,
                 lateness: m.lateness.summary(),
+                iterations: m.iterations.summary(),
                 switches: m.switches,
                 migrations: m.migrations,
                 messages: m.messages,

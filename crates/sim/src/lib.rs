@@ -1,6 +1,7 @@
 //! vassal-sim: a deterministic discrete-event multiprocessor simulator that runs vassal
 //! policies under the Vassal dispatcher hierarchy.
 
+pub mod chrome_trace;
 pub mod engine;
 pub mod metrics;
 pub mod model;

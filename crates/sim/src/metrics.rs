@@ -13,6 +13,8 @@ use vassal_core::Ns;
 pub struct Hist {
     h: Option<Histogram<u64>>,
     sum: u128,
+    /// Sum of squares, for an exact standard deviation.
+    sumsq: u128,
     min: u64,
     max: u64,
 }
@@ -31,6 +33,7 @@ impl Hist {
         self.min = if h.len() == 1 { v } else { self.min.min(v) };
         self.max = self.max.max(v);
         self.sum += v as u128;
+        self.sumsq = self.sumsq.saturating_add((v as u128) * (v as u128));
     }
     pub fn count(&self) -> u64 {
         self.h.as_ref().map_or(0, |h| h.len())
@@ -46,6 +49,7 @@ impl Hist {
             p99_ns: h.value_at_quantile(0.99).clamp(self.min, self.max),
             max_ns: self.max,
             min_ns: self.min,
+            sd_ns: sd(self.sum, self.sumsq, n),
         }
     }
 }
@@ -58,6 +62,21 @@ pub struct Summary {
     pub p99_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
+    /// Population standard deviation, from exact integer sums (rounded to the nearest ns).
+    pub sd_ns: u64,
+}
+
+/// Population standard deviation of `n` values with sum `sum` and sum of squares
+/// `sumsq`: sqrt((n·Σv² − (Σv)²) / n²), the numerator in exact integers.
+fn sd(sum: u128, sumsq: u128, n: u64) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    let n = n as u128;
+    let num = n.saturating_mul(sumsq).saturating_sub(sum.saturating_mul(sum));
+    // the variance's numerator is exact; one float division and square root
+    let var = num as f64 / (n as f64 * n as f64);
+    var.sqrt().round() as u64
 }
 
 #[derive(Clone, Default)]
@@ -75,6 +94,13 @@ pub struct TaskMetrics {
     pub refused_messages: u64,
     /// Became runnable at this time and has not been dispatched since.
     pub runnable_since: Option<Ns>,
+    /// Loop iteration periods: the time between successive executions of a script's
+    /// `timer` phase, and between successive `send set` phases (each kind on its own),
+    /// as the running task reaches them (paper 000 Table 2's periodic wake-up times).
+    pub iterations: Hist,
+    /// When the task last reached a `timer` phase / sent a `set` request.
+    pub last_timer: Option<Ns>,
+    pub last_set: Option<Ns>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -147,6 +173,15 @@ impl Metrics {
         } else {
             t.jobs_missed += 1;
             t.lateness.record(finish - deadline);
+        }
+    }
+    /// The task reached a loop marker (`set`: a `send set` phase, else a `timer` phase)
+    /// at `now`: records the time since it last reached one of the same kind.
+    pub fn iteration(&mut self, task: usize, set: bool, now: Ns) {
+        let t = &mut self.tasks[task];
+        let last = if set { &mut t.last_set } else { &mut t.last_timer };
+        if let Some(prev) = last.replace(now) {
+            t.iterations.record(now.saturating_sub(prev));
         }
     }
     pub fn note(&mut self, now: Ns, text: impl AsRef<str>) {

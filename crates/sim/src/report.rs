@@ -24,6 +24,9 @@ pub struct TaskReport {
     pub jobs_met: u64,
     pub jobs_missed: u64,
     pub lateness: Summary,
+    /// Loop iteration periods (script `timer` phases, `send set` phases): see
+    /// `metrics::TaskMetrics::iterations`.
+    pub iterations: Summary,
     pub switches: u64,
     pub migrations: u64,
     pub messages: u64,
