@@ -14,6 +14,9 @@ pub mod bvt_admission;
 pub mod bvt_plan;
 pub mod params;
 pub mod rr;
+pub mod timed;
+pub mod unix;
+pub mod fb;
 pub mod wrr;
 
 pub use fps::FixedPriority;
@@ -39,6 +42,9 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
             "two-level BVT, paper 001 §2.5/§6.3: reserved effort (root, admission) over a best-effort aggregate (params: mode, threshold, be_share, be_warp, be_warp_limit, be_unwarp, and bvt's)",
         ),
         ("linux22", "Linux 2.2 SCHED_OTHER: counter/priority epochs, goodness (params: tick, priority, cpu_bonus)"),
+        ("unix", "standard UNIX V6/V7/S5, paper 004 §3: tick counts decayed once a second, priority = ticks/A + PUSER + nice, kernel priorities on wake (params: variant, tick, wait_pri, resched_secs)"),
+        ("fb", "FB feedback queue, paper 004 §4.1: 32 levels, 16-31 real time, a full quantum drops a level, blocking boosts to base + event (params: quantum, quantum_step, base, wake_boost)"),
+        ("timed", "Vassal's sample real-time scheduler, paper 000 §5: SET(delay) runs a task at now + delay via a scheduler event (params: lead, resolution, min_delay, spin)"),
     ]
 }
 
@@ -68,6 +74,9 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
         "bvt" => Box::new(bvt::build(&mut p)?),
         "bvt2" => Box::new(bvt2::build(&mut p)?),
         "linux22" => Box::new(linux22::build(&mut p)?),
+        "unix" => Box::new(unix::build(&mut p)?),
+        "fb" => Box::new(fb::build(&mut p)?),
+        "timed" => Box::new(timed::build(&mut p)?),
         // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(

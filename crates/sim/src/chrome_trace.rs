@@ -75,7 +75,7 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     let meta = |name: &str, pid: u32, tid: u64, args: String| {
         format!(r#"{{"name":{},"ph":"M","pid":{pid},"tid":{tid},"args":{args}}}"#, js(name))
     };
-    ev.push(meta("process_name", CPUS_PID, cpu_tid(0), format!(r#"{{"name":"CPUs"}}"#)));
+    ev.push(meta("process_name", CPUS_PID, cpu_tid(0), r#"{"name":"CPUs"}"#.into()));
     ev.push(meta("process_sort_index", CPUS_PID, cpu_tid(0), r#"{"sort_index":0}"#.into()));
     for c in 0..sc.machine.cpus {
         ev.push(meta("thread_name", CPUS_PID, cpu_tid(c), format!(r#"{{"name":"cpu{c}"}}"#)));

@@ -101,6 +101,8 @@ pub struct TaskMetrics {
     /// When the task last reached a `timer` phase / sent a `set` request.
     pub last_timer: Option<Ns>,
     pub last_set: Option<Ns>,
+    /// Whether the task has waited on its timer yet (see `Metrics::iteration`).
+    pub timer_waited: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -176,11 +178,20 @@ impl Metrics {
         }
     }
     /// The task reached a loop marker (`set`: a `send set` phase, else a `timer` phase)
-    /// at `now`: records the time since it last reached one of the same kind.
+    /// at `now`: records the time since it last reached one of the same kind. The first
+    /// timer interval is not a wake-up period (the first arrival follows no timer wait:
+    /// the first expiry is one period after it, and the interval also holds whatever ran
+    /// in between), so timer intervals are recorded from the second arrival after a wait.
     pub fn iteration(&mut self, task: usize, set: bool, now: Ns) {
         let t = &mut self.tasks[task];
-        let last = if set { &mut t.last_set } else { &mut t.last_timer };
-        if let Some(prev) = last.replace(now) {
+        let prev = if set {
+            t.last_set.replace(now)
+        } else {
+            let prev = t.last_timer.replace(now);
+            let waited = std::mem::replace(&mut t.timer_waited, prev.is_some());
+            prev.filter(|_| waited)
+        };
+        if let Some(prev) = prev {
             t.iterations.record(now.saturating_sub(prev));
         }
     }

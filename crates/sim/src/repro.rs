@@ -116,6 +116,11 @@ fn task_field(t: &TaskReport, field: &str) -> Result<f64, String> {
         "lateness_max_ms" => ms(t.lateness.max_ns),
         "switches" => t.switches as f64,
         "migrations" => t.migrations as f64,
+        "iterations" => t.iterations.count as f64,
+        "iter_min_us" => t.iterations.min_ns as f64 / 1e3,
+        "iter_max_us" => t.iterations.max_ns as f64 / 1e3,
+        "iter_mean_us" => t.iterations.mean_ns as f64 / 1e3,
+        "iter_sd_us" => t.iterations.sd_ns as f64 / 1e3,
         _ => return Err(format!("unknown task metric '{field}'")),
     })
 }
@@ -140,7 +145,7 @@ fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {
 /// Reads a metric from a report. Paths:
 /// - `task.NAME.FIELD` — one task (FIELD: share, cpu_frac, cpu_ms, latency_{p50,p99,max,mean}_ms,
 ///   response_{p50,p99,max,mean}_ms, responses, jobs_met, jobs_missed, miss_ratio,
-///   lateness_max_ms, switches, migrations)
+///   lateness_max_ms, switches, migrations, iterations, iter_{min,max,mean,sd}_us)
 /// - `tasks.FIELD.AGG` — over all tasks; `group.PREFIX.FIELD.AGG` — over tasks whose name
 ///   starts with PREFIX (AGG: min, max, sum, mean, spread)
 /// - `cpu.N.utilisation`, `cpus.utilisation.AGG`

@@ -1,0 +1,540 @@
+//! The FB (feedback queue) CPU scheduler of paper 004 (Straathof, Thareja and Agrawala,
+//! "UNIX scheduling for large systems", §4.1), kind "fb" — the modified scheduler that
+//! replaces the standard UNIX one (§3, see [`crate::unix`]). The paper gives the structure
+//! but not the quantum table or the default base level; those are this module's choices
+//! and say so.
+//!
+//! Rules:
+//! - every task is at one of 32 levels, 0 the worst and 31 the best (§4.1: numerically
+//!   highest runs first, the reverse of the standard UNIX numbering). The CPU goes to the
+//!   ready task of the highest level; among equal levels, to the one that became ready
+//!   first (the ready list is ordered by level, FIFO within a level).
+//! - levels 16–31 are real time (§4.1): such a task runs until it blocks or a task of a
+//!   higher level preempts it — no quantum, no level changes, no boost (it stays at its
+//!   base level). (The paper's real-time tasks are also never swapped out; the swap model
+//!   is not part of this policy.)
+//! - levels 0–15 are time-sharing (§4.1). Each level has a quantum, longer at the lower
+//!   levels: quantum(l) = `quantum` + (15 − l) · `quantum_step` (policy parameters, default
+//!   50 ms and 25 ms: 50 ms at level 15, 225 ms at level 8, 425 ms at level 0 — our choice,
+//!   the paper gives no numbers). A task that uses all of its quantum drops one level, but
+//!   never below its base level, and gets the quantum of its new level; it goes behind the
+//!   tasks of that level. The quantum is measured exactly (the slice given to the
+//!   dispatcher is the rest of the quantum), not in clock ticks.
+//! - each task has a base level (§4.1: "analogous to the nice value"): the per-task
+//!   parameter `base` (0..=31; default the parent's, else the policy parameter `base`,
+//!   default 8 — our choice, the middle of the time-sharing range), or a
+//!   `Param { name: "base" }` message. A new task starts at its base level.
+//! - when a task blocks, its level rises to base + the increment of the event it awaits
+//!   (§4.1: 6 terminal input, 4 terminal output, 2 disk I/O), at most 15 (boosting never
+//!   makes a time-sharing task real time), with a fresh quantum of that level. The
+//!   simulator's block carries only `voluntary`, so the increment is the per-task
+//!   parameter `wake_boost` (0..=15), or a `Param { name: "wake_boost" }` message sent
+//!   before the task blocks, default the policy parameter `wake_boost`, default 2 (disk).
+//!   A woken task joins the back of its level.
+//! - preemption (§4.1: "a process executing in user mode is preempted by a higher priority
+//!   process becoming loaded and ready"): on a wake-up, the CPU (allowed to the woken task)
+//!   running this policy's task of the lowest level, if strictly lower than the woken
+//!   task's, is rescheduled. A task preempted before its quantum ran out keeps the rest of
+//!   it and returns to the *front* of its level; a task that yields goes to the back of
+//!   its level with the rest of its quantum.
+//! - a base level changed by message takes effect at once: a time-sharing task below its
+//!   new base rises to it; a task whose base becomes real time moves to it; a real-time
+//!   task whose base becomes time-sharing moves to it.
+//!
+//! A guest (a task of a higher scheduler that this one hosts as the default) is charged
+//! quantum only while this policy's own decision runs it.
+//!
+//! Cost: the ready tasks are kept in a `BTreeSet` ordered by (level descending, ready
+//! order): O(log n) per decision, wake, block and preemption (plus a walk past tasks whose
+//! affinity excludes the CPU); a wake-up also looks at each CPU once, O(ncpus). No
+//! periodic work at all (§4: the FB dispatching decision "can simply select the first
+//! loaded process in the list"). Decisions use no floating point.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+use vassal_core::{
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
+    TaskState, Wake, MS,
+};
+
+use crate::params::Params;
+
+/// The number of levels.
+pub const LEVELS: u8 = 32;
+/// The best level.
+pub const MAX_LEVEL: u8 = 31;
+/// The lowest real-time level; 0..=15 are time-sharing.
+pub const RT_MIN: u8 = 16;
+/// The best time-sharing level.
+pub const TS_MAX: u8 = 15;
+/// §4.1's level increments on wake-up, by awaited event.
+pub const BOOST_TERMINAL_INPUT: u8 = 6;
+pub const BOOST_TERMINAL_OUTPUT: u8 = 4;
+pub const BOOST_DISK: u8 = 2;
+
+/// Scheduler-wide parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FbConfig {
+    /// The quantum at level 15 (the shortest).
+    pub quantum: Ns,
+    /// How much longer the quantum is at each level below 15.
+    pub quantum_step: Ns,
+    /// The base level of a task without a `base` of its own.
+    pub base: u8,
+    /// The wake-up increment of a task without a `wake_boost` of its own.
+    pub wake_boost: u8,
+}
+
+impl Default for FbConfig {
+    fn default() -> Self {
+        FbConfig { quantum: 50 * MS, quantum_step: 25 * MS, base: 8, wake_boost: BOOST_DISK }
+    }
+}
+
+impl FbConfig {
+    /// The quantum of a time-sharing level (real-time levels have none).
+    pub fn quantum(&self, level: u8) -> Option<Ns> {
+        (level <= TS_MAX).then(|| self.quantum.saturating_add(self.quantum_step.saturating_mul((TS_MAX - level) as Ns)))
+    }
+}
+
+/// Builds the policy from its scenario parameters (`quantum`, `quantum_step`, `base`,
+/// `wake_boost`).
+pub fn build(p: &mut Params) -> Result<Fb, String> {
+    let d = FbConfig::default();
+    let quantum = p.duration("quantum", d.quantum)?;
+    if quantum == 0 {
+        return Err("fb parameter 'quantum': must be greater than zero".into());
+    }
+    let quantum_step = p.duration("quantum_step", d.quantum_step)?;
+    let base = p.int("base", d.base as i64, 0..=MAX_LEVEL as i64)? as u8;
+    let wake_boost = p.int("wake_boost", d.wake_boost as i64, 0..=TS_MAX as i64)? as u8;
+    Ok(Fb::new(FbConfig { quantum, quantum_step, base, wake_boost }))
+}
+
+/// The level a task blocking with this base and increment waits at (§4.1).
+pub fn boosted(base: u8, boost: u8) -> u8 {
+    if base >= RT_MIN {
+        base
+    } else {
+        (base + boost).min(TS_MAX)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Blocked,
+    /// In the ready list.
+    Queued,
+    /// Returned by `pick` on this CPU; `on_dispatch` or `on_refused` follows.
+    Picked(CpuId),
+    Running(CpuId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    base: u8,
+    level: u8,
+    /// The rest of the quantum at this level (time-sharing levels).
+    left: Ns,
+    wake_boost: u8,
+    st: St,
+    /// Ready order within the level: smaller is nearer the front.
+    pos: i64,
+    guest: bool,
+}
+
+/// (level, descending; ready order; task).
+type Key = (Reverse<u8>, i64, u32);
+
+/// A task's state, for inspection (tests, reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FbTaskInfo {
+    pub base: u8,
+    pub level: u8,
+    /// The rest of its quantum (None at a real-time level).
+    pub left: Option<Ns>,
+    pub wake_boost: u8,
+    pub runnable: bool,
+}
+
+/// The FB scheduler. See the module documentation.
+#[derive(Debug)]
+pub struct Fb {
+    cfg: FbConfig,
+    tasks: Vec<Option<Task>>,
+    ready: BTreeSet<Key>,
+    front: i64,
+    back: i64,
+    /// Per CPU: the task this policy picked and has not yet seen dispatched.
+    picked: Vec<Option<TaskId>>,
+    /// Per CPU: the task running there that this policy charges quantum to.
+    running: Vec<Option<TaskId>>,
+}
+
+impl Fb {
+    pub fn new(cfg: FbConfig) -> Self {
+        let cfg = FbConfig {
+            quantum: cfg.quantum.max(1),
+            base: cfg.base.min(MAX_LEVEL),
+            wake_boost: cfg.wake_boost.min(TS_MAX),
+            ..cfg
+        };
+        Fb { cfg, tasks: Vec::new(), ready: BTreeSet::new(), front: 0, back: 0, picked: Vec::new(), running: Vec::new() }
+    }
+
+    pub fn config(&self) -> FbConfig {
+        self.cfg
+    }
+
+    pub fn task_info(&self, task: TaskId) -> Option<FbTaskInfo> {
+        self.task(task).map(|t| FbTaskInfo {
+            base: t.base,
+            level: t.level,
+            left: (t.level <= TS_MAX).then_some(t.left),
+            wake_boost: t.wake_boost,
+            runnable: t.st != St::Blocked,
+        })
+    }
+
+    /// The ready (runnable, not running) tasks, in list order (best first).
+    pub fn ready(&self) -> Vec<TaskId> {
+        self.ready.iter().map(|k| TaskId(k.2)).collect()
+    }
+
+    fn task(&self, task: TaskId) -> Option<&Task> {
+        self.tasks.get(task.0 as usize).and_then(|t| t.as_ref())
+    }
+
+    fn task_mut(&mut self, task: TaskId) -> Option<&mut Task> {
+        self.tasks.get_mut(task.0 as usize).and_then(|t| t.as_mut())
+    }
+
+    fn ensure(&mut self, ctx: &Ctx) {
+        if self.running.is_empty() {
+            let n = ctx.ncpus().max(1) as usize;
+            self.picked = vec![None; n];
+            self.running = vec![None; n];
+        }
+    }
+
+    fn dequeue(&mut self, id: TaskId) {
+        if let Some(t) = self.task(id).copied() {
+            if t.st == St::Queued {
+                self.ready.remove(&(Reverse(t.level), t.pos, id.0));
+            }
+        }
+    }
+
+    /// Puts a task into the ready list at the front or the back of its level.
+    fn enqueue(&mut self, id: TaskId, front: bool) {
+        self.dequeue(id);
+        let pos = if front {
+            self.front -= 1;
+            self.front
+        } else {
+            self.back += 1;
+            self.back
+        };
+        let Some(t) = self.task_mut(id) else { return };
+        t.st = St::Queued;
+        t.pos = pos;
+        let k = (Reverse(t.level), pos, id.0);
+        self.ready.insert(k);
+    }
+
+    fn set_state(&mut self, id: TaskId, st: St) {
+        self.dequeue(id);
+        if let Some(t) = self.task_mut(id) {
+            t.st = st;
+        }
+    }
+
+    /// Moves a task to `level` with a fresh quantum (keeping its ready-list place kind).
+    fn set_level(&mut self, id: TaskId, level: u8) {
+        let q = self.cfg.quantum(level).unwrap_or(0);
+        let Some(t) = self.task(id).copied() else { return };
+        let queued = t.st == St::Queued;
+        if queued {
+            self.ready.remove(&(Reverse(t.level), t.pos, id.0));
+        }
+        if let Some(t) = self.task_mut(id) {
+            t.level = level;
+            t.left = q;
+        }
+        if queued {
+            self.ready.insert((Reverse(level), t.pos, id.0));
+        }
+    }
+
+    fn forget_cpu_refs(&mut self, id: TaskId) {
+        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
+            if *r == Some(id) {
+                *r = None;
+            }
+        }
+    }
+
+    /// The first ready task that may run on `cpu`; stale entries are repaired on the way.
+    fn first_allowed(&mut self, ctx: &Ctx, cpu: CpuId) -> Option<TaskId> {
+        loop {
+            let found = self.ready.iter().map(|k| TaskId(k.2)).find(|&id| ctx.allowed(id, cpu))?;
+            match ctx.state(found) {
+                TaskState::Runnable => return Some(found),
+                TaskState::Running(c) => self.set_state(found, St::Running(c)),
+                TaskState::Blocked => self.set_state(found, St::Blocked),
+                TaskState::Dead => {
+                    self.dequeue(found);
+                    self.forget_cpu_refs(found);
+                    self.tasks[found.0 as usize] = None;
+                }
+            }
+        }
+    }
+
+    fn kick_idle_for_queue(&self, ctx: &mut Ctx, except: CpuId) {
+        if let Some(k) = self.ready.first() {
+            crate::rr::kick_idle(ctx, TaskId(k.2), except);
+        }
+    }
+
+    fn check(name: &str, value: i64) -> Result<u8, String> {
+        let range = match name {
+            "base" => 0..=MAX_LEVEL as i64,
+            "wake_boost" => 0..=TS_MAX as i64,
+            _ => return Err(format!("fb has no task parameter '{name}'")),
+        };
+        if range.contains(&value) {
+            Ok(value as u8)
+        } else {
+            Err(format!("fb: task parameter {name} = {value} is out of range {}..={}", range.start(), range.end()))
+        }
+    }
+}
+
+impl Policy for Fb {
+    fn kind(&self) -> &str {
+        "fb"
+    }
+
+    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
+        self.ensure(ctx);
+        let idx = crate::task_index(task)?;
+        let parent = info.parent.and_then(|p| self.task(p)).copied();
+        let base = match info.params.get("base") {
+            Some(&b) => Self::check("base", b)?,
+            None => parent.map_or(self.cfg.base, |p| p.base),
+        };
+        let wake_boost = match info.params.get("wake_boost") {
+            Some(&b) => Self::check("wake_boost", b)?,
+            None => self.cfg.wake_boost,
+        };
+        let st = match info.state {
+            TaskState::Runnable => St::Queued,
+            TaskState::Running(c) => St::Running(c),
+            TaskState::Blocked => St::Blocked,
+            TaskState::Dead => return Err(format!("{task} has exited")),
+        };
+        if idx >= self.tasks.len() {
+            self.tasks.resize(idx + 1, None);
+        }
+        if self.task(task).is_some() {
+            self.dequeue(task);
+            self.forget_cpu_refs(task);
+        }
+        let level = if st == St::Blocked { boosted(base, wake_boost) } else { base };
+        self.tasks[idx] = Some(Task {
+            base,
+            level,
+            left: self.cfg.quantum(level).unwrap_or(0),
+            wake_boost,
+            st: St::Blocked,
+            pos: 0,
+            guest: info.guest,
+        });
+        match st {
+            St::Queued => self.enqueue(task, false),
+            St::Running(c) => {
+                self.set_state(task, st);
+                if !info.guest {
+                    if let Some(r) = self.running.get_mut(c.0 as usize) {
+                        *r = Some(task);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
+        if self.task(task).is_some() {
+            self.dequeue(task);
+            self.forget_cpu_refs(task);
+            self.tasks[task.0 as usize] = None;
+        }
+    }
+
+    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
+        self.ensure(ctx);
+        let Some(t) = self.task(task).copied() else { return };
+        if t.st != St::Blocked {
+            return;
+        }
+        self.enqueue(task, false);
+        // An idle CPU is the dispatcher's to kick; otherwise preempt this policy's task of
+        // the lowest level, if lower than the woken one.
+        let aff = ctx.affinity(task);
+        if ctx.cpus().any(|c| aff.contains(c) && ctx.running_on(c).is_none()) {
+            return;
+        }
+        let mut lowest: Option<(u8, CpuId)> = None;
+        for c in ctx.cpus().filter(|&c| aff.contains(c)) {
+            let Some(cur) = self.running[c.0 as usize] else { continue };
+            if ctx.running_on(c) != Some(cur) {
+                continue;
+            }
+            let Some(ct) = self.task(cur) else { continue };
+            if ct.st == St::Running(c) && ct.level < t.level && lowest.is_none_or(|l| ct.level < l.0) {
+                lowest = Some((ct.level, c));
+            }
+        }
+        if let Some((_, c)) = lowest {
+            let _ = ctx.resched(c);
+        }
+    }
+
+    fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
+        let Some(t) = self.task(task).copied() else { return };
+        self.set_state(task, St::Blocked);
+        self.forget_cpu_refs(task);
+        // Blocking raises the level to base + the awaited event's increment (§4.1).
+        self.set_level(task, boosted(t.base, t.wake_boost));
+    }
+
+    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
+        self.ensure(ctx);
+        let ci = cpu.0 as usize;
+        if ci >= self.running.len() {
+            return;
+        }
+        let ours = self.picked[ci] == Some(task);
+        self.picked[ci] = None;
+        self.running[ci] = None;
+        if let Some(t) = self.task(task).copied() {
+            self.set_state(task, St::Running(cpu));
+            if ours || !t.guest {
+                for r in self.running.iter_mut() {
+                    if *r == Some(task) {
+                        *r = None;
+                    }
+                }
+                self.running[ci] = Some(task);
+            }
+        }
+        self.kick_idle_for_queue(ctx, cpu);
+    }
+
+    fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
+        if self.running.get(cpu.0 as usize).copied().flatten() != Some(task) {
+            return;
+        }
+        if let Some(t) = self.task_mut(task) {
+            if t.level <= TS_MAX {
+                t.left = t.left.saturating_sub(ran);
+            }
+        }
+    }
+
+    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
+        self.ensure(ctx);
+        let Some(t) = self.task(task).copied() else { return };
+        if matches!(t.st, St::Queued | St::Blocked) {
+            return;
+        }
+        let ci = cpu.0 as usize;
+        let charged = self.running.get(ci).copied().flatten() == Some(task);
+        if charged {
+            self.running[ci] = None;
+        }
+        let ts = t.level <= TS_MAX;
+        if ts && charged && (why == Preempt::SliceExpired || t.left == 0) {
+            // A full quantum used: one level down, never below base, at the back.
+            let level = if t.level > t.base { t.level - 1 } else { t.level };
+            self.set_level(task, level);
+            self.enqueue(task, false);
+        } else if why == Preempt::Yield {
+            self.enqueue(task, false);
+        } else {
+            // Preempted by a better task: the front of its level, with the rest of its quantum.
+            self.enqueue(task, true);
+        }
+        crate::rr::kick_idle(ctx, task, cpu);
+    }
+
+    fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, task: TaskId, req: &Request) -> Reply {
+        let Request::Param { name, value } = req else {
+            return Reply::refused(format!("fb does not understand {req:?}"));
+        };
+        let v = match Self::check(name, *value) {
+            Ok(v) => v,
+            Err(e) => return Reply::refused(e),
+        };
+        let Some(t) = self.task(task).copied() else {
+            return Reply::refused(format!("{task} is not scheduled by fb"));
+        };
+        if name == "wake_boost" {
+            if let Some(tm) = self.task_mut(task) {
+                tm.wake_boost = v;
+            }
+            return Reply::Ok;
+        }
+        if let Some(tm) = self.task_mut(task) {
+            tm.base = v;
+        }
+        let level = if v >= RT_MIN || t.level >= RT_MIN || t.level < v { v } else { t.level };
+        if level != t.level {
+            self.set_level(task, level);
+        }
+        Reply::Ok
+    }
+
+    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
+        self.ensure(ctx);
+        let ci = cpu.0 as usize;
+        if ci >= self.picked.len() {
+            return None;
+        }
+        let id = self.first_allowed(ctx, cpu)?;
+        let t = *self.task(id)?;
+        self.set_state(id, St::Picked(cpu));
+        self.picked[ci] = Some(id);
+        Some(if t.level <= TS_MAX { Decision::run(id, t.left.max(1)) } else { Decision::run_until_block(id) })
+    }
+
+    fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
+        let task = decision.task;
+        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
+            if *p == Some(task) {
+                *p = None;
+            }
+        }
+        let Some(t) = self.task(task).copied() else { return };
+        if !matches!(t.st, St::Picked(_)) {
+            return;
+        }
+        match why {
+            Refusal::NoSuchTask | Refusal::NotYours => {
+                self.forget_cpu_refs(task);
+                self.tasks[task.0 as usize] = None;
+            }
+            Refusal::NotRunnable => self.set_state(task, St::Blocked),
+            Refusal::RunningElsewhere(c) => self.set_state(task, St::Running(c)),
+            Refusal::NotAllowed | Refusal::ZeroSlice => {
+                self.set_state(task, St::Queued);
+                self.ready.insert((Reverse(t.level), t.pos, task.0));
+            }
+        }
+    }
+}
