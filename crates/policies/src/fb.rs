@@ -1,5 +1,5 @@
-//! The FB (feedback queue) CPU scheduler of paper 004 (Straathof, Thareja and Agrawala,
-//! "UNIX scheduling for large systems", §4.1), kind "fb" — the modified scheduler that
+//! The FB (feedback queue) CPU scheduler of paper 004 (the study of UNIX CPU and swap
+//! scheduling, §4.1), kind "fb" — the modified scheduler that
 //! replaces the standard UNIX one (§3, see [`crate::unix`]). The paper gives the structure
 //! but not the quantum table or the default base level; those are this module's choices
 //! and say so.

@@ -1,5 +1,5 @@
-//! The standard UNIX CPU scheduler of V6, V7 and System V (paper 004, Straathof, Thareja
-//! and Agrawala, "UNIX scheduling for large systems", §2–§3), kind "unix". Where §3 is
+//! The standard UNIX CPU scheduler of V6, V7 and System V (paper 004, the study of UNIX
+//! CPU and swap scheduling, §2–§3), kind "unix". Where §3 is
 //! silent the constants and the order of operations are those of the V6/V7 sources
 //! (`clock.c`, `slp.c: setpri, setrun, swtch`, `param.h`, `tty.h`); each such rule says so.
 //!

@@ -286,7 +286,7 @@ fn raw_scenario() -> impl Strategy<Value = RawScenario> {
 }
 
 /// The number of policy configurations `policy_of` can build.
-const POLICY_KINDS: u8 = 7;
+const POLICY_KINDS: u8 = 10;
 
 fn policy_of(kind: u8, quantum: Option<Ns>) -> PolicySpec {
     let mut params = BTreeMap::new();
@@ -296,7 +296,10 @@ fn policy_of(kind: u8, quantum: Option<Ns>) -> PolicySpec {
         3 => "wrr",
         4 => "bvt",
         5 => "linux22",
-        _ => "bvt2",
+        6 => "bvt2",
+        7 => "unix",
+        8 => "fb",
+        _ => "timed",
     };
     if kind == 2 {
         params.insert("rm".to_string(), ParamValue::Bool(true));
@@ -306,7 +309,9 @@ fn policy_of(kind: u8, quantum: Option<Ns>) -> PolicySpec {
         match name {
             "rr" | "fps" | "wrr" => params.insert("quantum".to_string(), dur(q)),
             "bvt" | "bvt2" => params.insert("mcu".to_string(), dur(q)),
-            _ => params.insert("tick".to_string(), dur(q)),
+            "linux22" | "unix" => params.insert("tick".to_string(), dur(q)),
+            "fb" => params.insert("quantum".to_string(), dur(q)),
+            _ => params.insert("resolution".to_string(), dur(q)),
         };
     }
     PolicySpec { kind: name.into(), params }
