@@ -8,57 +8,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
-    TaskId, TaskState, Wake,
-};
+use vassal_core::{CpuId, CpuSet, Preempt, Reply, Request, Shared, TaskId, TaskState};
 use vassal_policies::fb::{boosted, Fb, FbConfig, FbTaskInfo, BOOST_DISK, BOOST_TERMINAL_INPUT, BOOST_TERMINAL_OUTPUT};
 use vassal_policies::ParamValue;
 
-struct Shared(Arc<Mutex<Fb>>);
-
-impl Policy for Shared {
-    fn kind(&self) -> &str {
-        "fb"
-    }
-    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.0.lock().unwrap().on_attach(ctx, task, info)
-    }
-    fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
-        self.0.lock().unwrap().on_detach(ctx, task, why)
-    }
-    fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.0.lock().unwrap().on_wake(ctx, task, wake)
-    }
-    fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
-        self.0.lock().unwrap().on_block(ctx, task, block)
-    }
-    fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.0.lock().unwrap().on_dispatch(ctx, task, cpu)
-    }
-    fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.0.lock().unwrap().on_preempt(ctx, task, cpu, why)
-    }
-    fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        self.0.lock().unwrap().on_run(ctx, task, cpu, ran)
-    }
-    fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        self.0.lock().unwrap().on_event(ctx, token)
-    }
-    fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
-        self.0.lock().unwrap().on_message(ctx, from, task, req)
-    }
-    fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.0.lock().unwrap().pick(ctx, cpu)
-    }
-    fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
-        self.0.lock().unwrap().on_refused(ctx, cpu, d, why)
-    }
-}
-
 fn setup(ncpus: u16, cfg: FbConfig) -> (Sim, Arc<Mutex<Fb>>) {
     let p = Arc::new(Mutex::new(Fb::new(cfg)));
-    (Sim::new(ncpus, Box::new(Shared(p.clone()))), p)
+    (Sim::new(ncpus, Box::new(Shared::of(&p))), p)
 }
 
 fn cfg() -> FbConfig {
