@@ -38,7 +38,8 @@ pub const MAX_TASKS: usize = 100_000;
 pub const DEFAULT_HZ: u32 = 250;
 /// The default scheduler's name and policy when `[default]` leaves them out.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default";
-pub const DEFAULT_POLICY: &str = "rr";
+/// BVT is vassal's universal default policy (paper 001; issue 3).
+pub const DEFAULT_POLICY: &str = "bvt";
 
 /// A scenario file that could not be read or is not valid. Displayed as
 /// `FILE:LINE:COL: MSG`; `line` and `col` are 1-based (0 when the file could not be read).

@@ -109,7 +109,7 @@ fn minimal_scenario_gets_the_defaults() {
     assert_eq!(s.machine.unscheduled, None);
     assert_eq!(s.machine.min_best_effort_ppm, None);
     assert_eq!(s.default_name, "default");
-    assert_eq!(s.default_policy.kind, "rr");
+    assert_eq!(s.default_policy.kind, "bvt");
     assert!(s.default_policy.params.is_empty());
     let t = &s.tasks[0];
     assert_eq!(t.name, "t");
