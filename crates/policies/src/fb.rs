@@ -51,14 +51,14 @@
 //! loaded process in the list"). Decisions use no floating point.
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskState, Wake, MS,
+    Wake, MS,
 };
 
 use crate::params::Params;
+use crate::runqueue::{self, RunQueue, St};
 
 /// The number of levels.
 pub const LEVELS: u8 = 32;
@@ -122,16 +122,6 @@ pub fn boosted(base: u8, boost: u8) -> u8 {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Blocked,
-    /// In the ready list.
-    Queued,
-    /// Returned by `pick` on this CPU; `on_dispatch` or `on_refused` follows.
-    Picked(CpuId),
-    Running(CpuId),
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Task {
     base: u8,
@@ -139,14 +129,19 @@ struct Task {
     /// The rest of the quantum at this level (time-sharing levels).
     left: Ns,
     wake_boost: u8,
-    st: St,
     /// Ready order within the level: smaller is nearer the front.
     pos: i64,
-    guest: bool,
 }
 
-/// (level, descending; ready order; task).
-type Key = (Reverse<u8>, i64, u32);
+impl Task {
+    /// The ready-list key: (level, descending; ready order).
+    fn key(&self) -> Key {
+        (Reverse(self.level), self.pos)
+    }
+}
+
+/// (level, descending; ready order).
+type Key = (Reverse<u8>, i64);
 
 /// A task's state, for inspection (tests, reports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,14 +158,10 @@ pub struct FbTaskInfo {
 #[derive(Debug)]
 pub struct Fb {
     cfg: FbConfig,
-    tasks: Vec<Option<Task>>,
-    ready: BTreeSet<Key>,
+    /// The tasks and the ready list; per CPU, the task charged quantum there.
+    rq: RunQueue<Key, Task>,
     front: i64,
     back: i64,
-    /// Per CPU: the task this policy picked and has not yet seen dispatched.
-    picked: Vec<Option<TaskId>>,
-    /// Per CPU: the task running there that this policy charges quantum to.
-    running: Vec<Option<TaskId>>,
 }
 
 impl Fb {
@@ -181,7 +172,7 @@ impl Fb {
             wake_boost: cfg.wake_boost.min(TS_MAX),
             ..cfg
         };
-        Fb { cfg, tasks: Vec::new(), ready: BTreeSet::new(), front: 0, back: 0, picked: Vec::new(), running: Vec::new() }
+        Fb { cfg, rq: RunQueue::new(), front: 0, back: 0 }
     }
 
     pub fn config(&self) -> FbConfig {
@@ -189,7 +180,7 @@ impl Fb {
     }
 
     pub fn task_info(&self, task: TaskId) -> Option<FbTaskInfo> {
-        self.task(task).map(|t| FbTaskInfo {
+        self.rq.get(task).map(|t| FbTaskInfo {
             base: t.base,
             level: t.level,
             left: (t.level <= TS_MAX).then_some(t.left),
@@ -200,36 +191,11 @@ impl Fb {
 
     /// The ready (runnable, not running) tasks, in list order (best first).
     pub fn ready(&self) -> Vec<TaskId> {
-        self.ready.iter().map(|k| TaskId(k.2)).collect()
-    }
-
-    fn task(&self, task: TaskId) -> Option<&Task> {
-        self.tasks.get(task.0 as usize).and_then(|t| t.as_ref())
-    }
-
-    fn task_mut(&mut self, task: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(task.0 as usize).and_then(|t| t.as_mut())
-    }
-
-    fn ensure(&mut self, ctx: &Ctx) {
-        if self.running.is_empty() {
-            let n = ctx.ncpus().max(1) as usize;
-            self.picked = vec![None; n];
-            self.running = vec![None; n];
-        }
-    }
-
-    fn dequeue(&mut self, id: TaskId) {
-        if let Some(t) = self.task(id).copied() {
-            if t.st == St::Queued {
-                self.ready.remove(&(Reverse(t.level), t.pos, id.0));
-            }
-        }
+        self.rq.ready_ids()
     }
 
     /// Puts a task into the ready list at the front or the back of its level.
     fn enqueue(&mut self, id: TaskId, front: bool) {
-        self.dequeue(id);
         let pos = if front {
             self.front -= 1;
             self.front
@@ -237,66 +203,20 @@ impl Fb {
             self.back += 1;
             self.back
         };
-        let Some(t) = self.task_mut(id) else { return };
-        t.st = St::Queued;
+        let Some(t) = self.rq.get_mut(id) else { return };
         t.pos = pos;
-        let k = (Reverse(t.level), pos, id.0);
-        self.ready.insert(k);
-    }
-
-    fn set_state(&mut self, id: TaskId, st: St) {
-        self.dequeue(id);
-        if let Some(t) = self.task_mut(id) {
-            t.st = st;
-        }
+        let key = t.key();
+        self.rq.enqueue(id, key, None);
     }
 
     /// Moves a task to `level` with a fresh quantum (keeping its ready-list place kind).
     fn set_level(&mut self, id: TaskId, level: u8) {
         let q = self.cfg.quantum(level).unwrap_or(0);
-        let Some(t) = self.task(id).copied() else { return };
-        let queued = t.st == St::Queued;
-        if queued {
-            self.ready.remove(&(Reverse(t.level), t.pos, id.0));
-        }
-        if let Some(t) = self.task_mut(id) {
-            t.level = level;
-            t.left = q;
-        }
-        if queued {
-            self.ready.insert((Reverse(level), t.pos, id.0));
-        }
-    }
-
-    fn forget_cpu_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(id) {
-                *r = None;
-            }
-        }
-    }
-
-    /// The first ready task that may run on `cpu`; stale entries are repaired on the way.
-    fn first_allowed(&mut self, ctx: &Ctx, cpu: CpuId) -> Option<TaskId> {
-        loop {
-            let found = self.ready.iter().map(|k| TaskId(k.2)).find(|&id| ctx.allowed(id, cpu))?;
-            match ctx.state(found) {
-                TaskState::Runnable => return Some(found),
-                TaskState::Running(c) => self.set_state(found, St::Running(c)),
-                TaskState::Blocked => self.set_state(found, St::Blocked),
-                TaskState::Dead => {
-                    self.dequeue(found);
-                    self.forget_cpu_refs(found);
-                    self.tasks[found.0 as usize] = None;
-                }
-            }
-        }
-    }
-
-    fn kick_idle_for_queue(&self, ctx: &mut Ctx, except: CpuId) {
-        if let Some(k) = self.ready.first() {
-            crate::rr::kick_idle(ctx, TaskId(k.2), except);
-        }
+        let Some(t) = self.rq.get_mut(id) else { return };
+        t.level = level;
+        t.left = q;
+        let key = t.key();
+        self.rq.set_key(id, key);
     }
 
     fn check(name: &str, value: i64) -> Result<u8, String> {
@@ -319,9 +239,9 @@ impl Policy for Fb {
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.ensure(ctx);
-        let idx = crate::task_index(task)?;
-        let parent = info.parent.and_then(|p| self.task(p)).copied();
+        self.rq.ensure(ctx);
+        crate::task_index(task)?;
+        let parent = info.parent.and_then(|p| self.rq.get(p)).copied();
         let base = match info.params.get("base") {
             Some(&b) => Self::check("base", b)?,
             None => parent.map_or(self.cfg.base, |p| p.base),
@@ -330,72 +250,36 @@ impl Policy for Fb {
             Some(&b) => Self::check("wake_boost", b)?,
             None => self.cfg.wake_boost,
         };
-        let st = match info.state {
-            TaskState::Runnable => St::Queued,
-            TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
-        };
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
-        }
+        let st = runqueue::attach_state(task, info)?;
         let level = if st == St::Blocked { boosted(base, wake_boost) } else { base };
-        self.tasks[idx] = Some(Task {
-            base,
-            level,
-            left: self.cfg.quantum(level).unwrap_or(0),
-            wake_boost,
-            st: St::Blocked,
-            pos: 0,
-            guest: info.guest,
-        });
-        match st {
-            St::Queued => self.enqueue(task, false),
-            St::Running(c) => {
-                self.set_state(task, st);
-                if !info.guest {
-                    if let Some(r) = self.running.get_mut(c.0 as usize) {
-                        *r = Some(task);
-                    }
-                }
-            }
-            _ => {}
+        let t = Task { base, level, left: self.cfg.quantum(level).unwrap_or(0), wake_boost, pos: 0 };
+        self.rq.attach(task, st, info.guest, t)?;
+        if st == St::Queued {
+            self.enqueue(task, false);
         }
         Ok(())
     }
 
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
-            self.tasks[task.0 as usize] = None;
-        }
+        self.rq.remove(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
+        self.rq.ensure(ctx);
+        let Some(t) = self.rq.get(task).copied() else { return };
         if t.st != St::Blocked {
             return;
         }
         self.enqueue(task, false);
         // An idle CPU is the dispatcher's to kick; otherwise preempt this policy's task of
         // the lowest level, if lower than the woken one.
-        let aff = ctx.affinity(task);
-        if ctx.cpus().any(|c| aff.contains(c) && ctx.running_on(c).is_none()) {
+        if runqueue::idle_cpu_for(ctx, task) {
             return;
         }
+        let aff = ctx.affinity(task);
         let mut lowest: Option<(u8, CpuId)> = None;
         for c in ctx.cpus().filter(|&c| aff.contains(c)) {
-            let Some(cur) = self.running[c.0 as usize] else { continue };
-            if ctx.running_on(c) != Some(cur) {
-                continue;
-            }
-            let Some(ct) = self.task(cur) else { continue };
+            let Some((_, ct)) = self.rq.charged_on(ctx, c) else { continue };
             if ct.st == St::Running(c) && ct.level < t.level && lowest.is_none_or(|l| ct.level < l.0) {
                 lowest = Some((ct.level, c));
             }
@@ -406,41 +290,25 @@ impl Policy for Fb {
     }
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
-        let Some(t) = self.task(task).copied() else { return };
-        self.set_state(task, St::Blocked);
-        self.forget_cpu_refs(task);
+        let Some(t) = self.rq.get(task).copied() else { return };
+        self.rq.set_state(task, St::Blocked);
+        self.rq.forget_refs(task);
         // Blocking raises the level to base + the awaited event's increment (§4.1).
         self.set_level(task, boosted(t.base, t.wake_boost));
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure(ctx);
-        let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
-            return;
+        self.rq.ensure(ctx);
+        if self.rq.dispatch(task, cpu).is_some() {
+            self.rq.kick_idle_for_queue(ctx, cpu);
         }
-        let ours = self.picked[ci] == Some(task);
-        self.picked[ci] = None;
-        self.running[ci] = None;
-        if let Some(t) = self.task(task).copied() {
-            self.set_state(task, St::Running(cpu));
-            if ours || !t.guest {
-                for r in self.running.iter_mut() {
-                    if *r == Some(task) {
-                        *r = None;
-                    }
-                }
-                self.running[ci] = Some(task);
-            }
-        }
-        self.kick_idle_for_queue(ctx, cpu);
     }
 
     fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        if self.running.get(cpu.0 as usize).copied().flatten() != Some(task) {
+        if self.rq.running.get(cpu.0 as usize).copied().flatten() != Some(task) {
             return;
         }
-        if let Some(t) = self.task_mut(task) {
+        if let Some(t) = self.rq.get_mut(task) {
             if t.level <= TS_MAX {
                 t.left = t.left.saturating_sub(ran);
             }
@@ -448,16 +316,8 @@ impl Policy for Fb {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
-        if matches!(t.st, St::Queued | St::Blocked) {
-            return;
-        }
-        let ci = cpu.0 as usize;
-        let charged = self.running.get(ci).copied().flatten() == Some(task);
-        if charged {
-            self.running[ci] = None;
-        }
+        self.rq.ensure(ctx);
+        let Some((t, charged)) = self.rq.preempt(task, cpu) else { return };
         let ts = t.level <= TS_MAX;
         if ts && charged && (why == Preempt::SliceExpired || t.left == 0) {
             // A full quantum used: one level down, never below base, at the back.
@@ -481,18 +341,14 @@ impl Policy for Fb {
             Ok(v) => v,
             Err(e) => return Reply::refused(e),
         };
-        let Some(t) = self.task(task).copied() else {
+        let Some(t) = self.rq.get_mut(task) else {
             return Reply::refused(format!("{task} is not scheduled by fb"));
         };
         if name == "wake_boost" {
-            if let Some(tm) = self.task_mut(task) {
-                tm.wake_boost = v;
-            }
+            t.wake_boost = v;
             return Reply::Ok;
         }
-        if let Some(tm) = self.task_mut(task) {
-            tm.base = v;
-        }
+        t.base = v;
         let level = if v >= RT_MIN || t.level >= RT_MIN || t.level < v { v } else { t.level };
         if level != t.level {
             self.set_level(task, level);
@@ -501,40 +357,20 @@ impl Policy for Fb {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.ensure(ctx);
-        let ci = cpu.0 as usize;
-        if ci >= self.picked.len() {
+        self.rq.ensure(ctx);
+        if cpu.0 as usize >= self.rq.ncpus() {
             return None;
         }
-        let id = self.first_allowed(ctx, cpu)?;
-        let t = *self.task(id)?;
-        self.set_state(id, St::Picked(cpu));
-        self.picked[ci] = Some(id);
+        let id = self.rq.first_allowed(ctx, cpu, false, None, |_| true)?;
+        let t = *self.rq.get(id)?;
+        self.rq.pick(id, cpu);
         Some(if t.level <= TS_MAX { Decision::run(id, t.left.max(1)) } else { Decision::run_until_block(id) })
     }
 
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if *p == Some(task) {
-                *p = None;
-            }
-        }
-        let Some(t) = self.task(task).copied() else { return };
-        if !matches!(t.st, St::Picked(_)) {
-            return;
-        }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => {
-                self.forget_cpu_refs(task);
-                self.tasks[task.0 as usize] = None;
-            }
-            Refusal::NotRunnable => self.set_state(task, St::Blocked),
-            Refusal::RunningElsewhere(c) => self.set_state(task, St::Running(c)),
-            Refusal::NotAllowed | Refusal::ZeroSlice => {
-                self.set_state(task, St::Queued);
-                self.ready.insert((Reverse(t.level), t.pos, task.0));
-            }
+        if let Some(t) = self.rq.refused(cpu, task, why) {
+            self.rq.enqueue(task, t.key(), None);
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod bvt_admission;
 pub mod bvt_plan;
 pub mod params;
 pub mod rr;
+mod runqueue;
 pub mod timed;
 pub mod unix;
 pub mod fb;

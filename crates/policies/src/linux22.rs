@@ -55,7 +55,6 @@
 //! whole task list) — once per epoch, which lasts at least one tick per runnable task.
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
@@ -63,6 +62,7 @@ use vassal_core::{
 };
 
 use crate::params::Params;
+use crate::runqueue::{self, RunQueue, St, Tick};
 
 /// The token of this policy's periodic tick event.
 pub const TICK_TOKEN: u64 = 1;
@@ -111,25 +111,13 @@ pub fn nice_to_priority(nice: i64, def: u32) -> u32 {
     p.clamp(1, MAX_PRIORITY) as u32
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Blocked,
-    /// In the run queue (runnable, not running).
-    Queued,
-    /// Returned by `pick` on this CPU; `on_dispatch` or `on_refused` follows.
-    Picked(CpuId),
-    Running(CpuId),
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Task {
     counter: u32,
     priority: u32,
-    st: St,
     /// Run-queue position: smaller is nearer the front.
     pos: i64,
     last_cpu: Option<CpuId>,
-    guest: bool,
 }
 
 impl Task {
@@ -141,10 +129,15 @@ impl Task {
             self.counter + self.priority
         }
     }
+
+    /// The run-queue key: (goodness without bonuses, descending; run-queue position).
+    fn key(&self) -> Key {
+        (Reverse(self.base()), self.pos)
+    }
 }
 
-/// (goodness without bonuses, descending; run-queue position; task).
-type Key = (Reverse<u32>, i64, u32);
+/// (goodness without bonuses, descending; run-queue position).
+type Key = (Reverse<u32>, i64);
 
 /// A task's state, for inspection (tests, reports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,20 +151,14 @@ pub struct Linux22TaskInfo {
 #[derive(Debug)]
 pub struct Linux22 {
     cfg: Linux22Config,
-    tasks: Vec<Option<Task>>,
-    queue: BTreeSet<Key>,
-    /// Per CPU: the queued tasks that last ran there (SMP with a CPU bonus only).
-    per_cpu: Vec<BTreeSet<Key>>,
-    ncpus: u16,
+    /// The tasks, the run queue, and per CPU the queued tasks that last ran there (SMP
+    /// with a CPU bonus only).
+    rq: RunQueue<Key, Task>,
     front: i64,
     back: i64,
     /// Per CPU: the task just preempted there (prev), whether it yielded, and when.
     prev: Vec<Option<(TaskId, bool, Ns)>>,
-    /// Per CPU: the task this policy picked and has not yet seen dispatched.
-    picked: Vec<Option<TaskId>>,
-    /// Per CPU: the task running there that this policy charges ticks to.
-    running: Vec<Option<TaskId>>,
-    tick_armed: bool,
+    tick: Tick,
     epochs: u64,
 }
 
@@ -179,16 +166,11 @@ impl Linux22 {
     pub fn new(cfg: Linux22Config) -> Self {
         Linux22 {
             cfg: Linux22Config { tick: cfg.tick.max(1), priority: cfg.priority.max(1), ..cfg },
-            tasks: Vec::new(),
-            queue: BTreeSet::new(),
-            per_cpu: Vec::new(),
-            ncpus: 0,
+            rq: RunQueue::new(),
             front: 0,
             back: 0,
             prev: Vec::new(),
-            picked: Vec::new(),
-            running: Vec::new(),
-            tick_armed: false,
+            tick: Tick::new(cfg.tick.max(1), TICK_TOKEN),
             epochs: 0,
         }
     }
@@ -203,7 +185,7 @@ impl Linux22 {
     }
 
     pub fn task_info(&self, task: TaskId) -> Option<Linux22TaskInfo> {
-        self.task(task).map(|t| Linux22TaskInfo {
+        self.rq.get(task).map(|t| Linux22TaskInfo {
             counter: t.counter,
             priority: t.priority,
             runnable: !matches!(t.st, St::Blocked),
@@ -212,19 +194,11 @@ impl Linux22 {
 
     /// Number of queued (runnable, not running) tasks.
     pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
-    fn task(&self, task: TaskId) -> Option<&Task> {
-        self.tasks.get(task.0 as usize).and_then(|t| t.as_ref())
-    }
-
-    fn task_mut(&mut self, task: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(task.0 as usize).and_then(|t| t.as_mut())
+        self.rq.queued()
     }
 
     fn smp(&self) -> bool {
-        self.ncpus > 1
+        self.rq.ncpus() > 1
     }
 
     fn use_per_cpu(&self) -> bool {
@@ -233,74 +207,19 @@ impl Linux22 {
 
     /// Sizes the per-CPU tables on the first callback.
     fn ensure(&mut self, ctx: &Ctx) {
-        if self.ncpus == 0 {
-            let n = ctx.ncpus().max(1);
-            self.ncpus = n;
-            self.per_cpu = (0..n).map(|_| BTreeSet::new()).collect();
-            self.prev = vec![None; n as usize];
-            self.picked = vec![None; n as usize];
-            self.running = vec![None; n as usize];
+        if self.rq.ensure(ctx) {
+            self.prev = vec![None; self.rq.ncpus()];
         }
     }
 
-    fn arm_tick(&mut self, ctx: &mut Ctx) {
-        let next = (ctx.now() / self.cfg.tick).saturating_add(1).saturating_mul(self.cfg.tick);
-        if ctx.set_event(next, TICK_TOKEN).is_ok() {
-            self.tick_armed = true;
-        }
-    }
-
-    fn key(id: TaskId, t: &Task) -> Key {
-        (Reverse(t.base()), t.pos, id.0)
-    }
-
-    /// Puts a task (whose state the caller sets to Queued) into the run-queue sets.
+    /// Puts a task into the run queue (and the set of the CPU it last ran on).
     fn enqueue(&mut self, id: TaskId) {
-        let per_cpu = self.use_per_cpu();
-        let Some(t) = self.task_mut(id) else { return };
-        t.st = St::Queued;
-        let t = *t;
-        let k = Self::key(id, &t);
-        self.queue.insert(k);
-        if per_cpu {
-            if let Some(c) = t.last_cpu {
-                if let Some(s) = self.per_cpu.get_mut(c.0 as usize) {
-                    s.insert(k);
-                }
-            }
-        }
+        let Some(t) = self.rq.get(id) else { return };
+        let home = if self.use_per_cpu() { t.last_cpu } else { None };
+        self.rq.enqueue(id, t.key(), home);
     }
 
-    /// Takes a queued task out of the run-queue sets (its state is left to the caller).
-    fn dequeue(&mut self, id: TaskId) {
-        let Some(t) = self.task(id).copied() else { return };
-        if t.st != St::Queued {
-            return;
-        }
-        let k = Self::key(id, &t);
-        self.queue.remove(&k);
-        if let Some(c) = t.last_cpu {
-            if let Some(s) = self.per_cpu.get_mut(c.0 as usize) {
-                s.remove(&k);
-            }
-        }
-    }
-
-    fn set_state(&mut self, id: TaskId, st: St) {
-        self.dequeue(id);
-        if st == St::Queued {
-            self.enqueue(id);
-        } else if let Some(t) = self.task_mut(id) {
-            t.st = st;
-        }
-    }
-
-    fn forget_cpu_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(id) {
-                *r = None;
-            }
-        }
+    fn forget_prev(&mut self, id: TaskId) {
         for p in self.prev.iter_mut() {
             if p.is_some_and(|p| p.0 == id) {
                 *p = None;
@@ -328,57 +247,13 @@ impl Linux22 {
         }
     }
 
-    /// The first entry of `set` (the global queue, or a CPU's) that may run on `cpu`, other
-    /// than `skip`; entries the dispatcher says are not runnable are repaired on the way.
-    fn first_allowed(&mut self, ctx: &Ctx, cpu: CpuId, per_cpu: bool, skip: Option<TaskId>) -> Option<TaskId> {
-        loop {
-            let found = {
-                let set = if per_cpu { &self.per_cpu[cpu.0 as usize] } else { &self.queue };
-                set.iter().map(|k| TaskId(k.2)).find(|&id| Some(id) != skip && ctx.allowed(id, cpu))
-            }?;
-            match ctx.state(found) {
-                TaskState::Runnable => return Some(found),
-                TaskState::Running(c) => self.set_state(found, St::Running(c)),
-                TaskState::Blocked => self.set_state(found, St::Blocked),
-                TaskState::Dead => {
-                    self.dequeue(found);
-                    self.tasks[found.0 as usize] = None;
-                }
-            }
-        }
-    }
-
     /// Epoch end: counter ← counter/2 + priority for every task; the run queue is rebuilt.
     fn recalculate(&mut self) {
         self.epochs += 1;
-        for t in self.tasks.iter_mut().flatten() {
+        for t in self.rq.slots_mut() {
             t.counter = t.counter / 2 + t.priority;
         }
-        let per_cpu = self.use_per_cpu();
-        let mut keys: Vec<(Key, Option<CpuId>)> = self
-            .tasks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.as_ref().filter(|t| t.st == St::Queued).map(|t| (Self::key(TaskId(i as u32), t), t.last_cpu)))
-            .collect();
-        keys.sort_unstable();
-        self.queue = keys.iter().map(|k| k.0).collect();
-        if per_cpu {
-            for s in self.per_cpu.iter_mut() {
-                s.clear();
-            }
-            for (k, c) in keys {
-                if let Some(c) = c {
-                    self.per_cpu[c.0 as usize].insert(k);
-                }
-            }
-        }
-    }
-
-    fn kick_idle_for_queue(&self, ctx: &mut Ctx, except: CpuId) {
-        if let Some(k) = self.queue.first() {
-            crate::rr::kick_idle(ctx, TaskId(k.2), except);
-        }
+        self.rq.rebuild(Task::key);
     }
 }
 
@@ -389,89 +264,57 @@ impl Policy for Linux22 {
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         self.ensure(ctx);
-        let idx = crate::task_index(task)?;
+        crate::task_index(task)?;
         // Out-of-range values are clamped, not refused: task parameters are shared by all
         // policies (fps reads `priority` too), and 2.2's sys_setpriority clamps nice.
         let priority = match (info.params.get("priority"), info.params.get("nice")) {
             (Some(&p), _) => p.clamp(1, MAX_PRIORITY) as u32,
             (None, Some(&n)) => nice_to_priority(n, self.cfg.priority),
-            (None, None) => info.parent.and_then(|p| self.task(p)).map_or(self.cfg.priority, |p| p.priority),
+            (None, None) => info.parent.and_then(|p| self.rq.get(p)).map_or(self.cfg.priority, |p| p.priority),
         };
-        let st = match info.state {
-            TaskState::Runnable => St::Queued,
-            TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
-        };
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
+        let st = runqueue::attach_state(task, info)?;
+        if self.rq.get(task).is_some() {
+            self.forget_prev(task);
         }
         self.front -= 1;
-        self.tasks[idx] = Some(Task {
-            counter: priority,
-            priority,
-            st: St::Blocked,
-            pos: self.front,
-            last_cpu: ctx.last_cpu(task),
-            guest: info.guest,
-        });
-        match st {
-            St::Queued => self.enqueue(task),
-            St::Running(c) => {
-                self.set_state(task, st);
-                if !info.guest {
-                    if let Some(r) = self.running.get_mut(c.0 as usize) {
-                        *r = Some(task);
-                    }
-                }
-            }
-            _ => {}
+        let t = Task { counter: priority, priority, pos: self.front, last_cpu: ctx.last_cpu(task) };
+        self.rq.attach(task, st, info.guest, t)?;
+        if st == St::Queued {
+            self.enqueue(task);
         }
-        if !self.tick_armed {
-            self.arm_tick(ctx);
-        }
+        self.tick.arm(ctx);
         Ok(())
     }
 
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
-            self.tasks[task.0 as usize] = None;
+        if self.rq.get(task).is_some() {
+            self.forget_prev(task);
         }
+        self.rq.remove(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
         self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
-        if t.st != St::Blocked {
+        if self.rq.get(task).is_none_or(|t| t.st != St::Blocked) {
             return;
         }
         // add_to_runqueue: the front of the run queue.
         self.front -= 1;
         let pos = self.front;
-        if let Some(t) = self.task_mut(task) {
+        if let Some(t) = self.rq.get_mut(task) {
             t.pos = pos;
         }
         self.enqueue(task);
         // reschedule_idle: an idle CPU is the dispatcher's to kick; otherwise preempt where
         // the preemption goodness is largest and positive.
-        let aff = ctx.affinity(task);
-        if ctx.cpus().any(|c| aff.contains(c) && ctx.running_on(c).is_none()) {
+        if runqueue::idle_cpu_for(ctx, task) {
             return;
         }
-        let t = self.task(task).copied().unwrap();
+        let aff = ctx.affinity(task);
+        let t = self.rq.get(task).unwrap().data;
         let mut best: Option<(i64, CpuId)> = None;
         for c in ctx.cpus().filter(|&c| aff.contains(c)) {
-            let Some(cur) = self.running[c.0 as usize] else { continue };
-            if ctx.running_on(c) != Some(cur) {
-                continue;
-            }
-            let Some(ct) = self.task(cur) else { continue };
+            let Some((_, ct)) = self.rq.charged_on(ctx, c) else { continue };
             let diff = self.goodness(&t, c) - self.goodness_prev(ct, c);
             if diff > 0 && best.is_none_or(|b| diff > b.0) {
                 best = Some((diff, c));
@@ -483,66 +326,41 @@ impl Policy for Linux22 {
     }
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
-        if self.task(task).is_none() {
+        if self.rq.get(task).is_none() {
             return;
         }
-        self.set_state(task, St::Blocked);
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(task) {
-                *r = None;
-            }
-        }
+        self.rq.set_state(task, St::Blocked);
+        self.rq.forget_refs(task);
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
         self.ensure(ctx);
-        let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
+        if self.rq.dispatch(task, cpu).is_none() {
             return;
         }
-        let ours = self.picked[ci] == Some(task);
-        self.picked[ci] = None;
-        self.prev[ci] = None;
-        self.running[ci] = None;
-        if let Some(t) = self.task(task).copied() {
-            self.set_state(task, St::Running(cpu));
-            if let Some(t) = self.task_mut(task) {
-                t.last_cpu = Some(cpu);
-            }
-            if ours || !t.guest {
-                // The same task may not be charged on two CPUs.
-                for r in self.running.iter_mut() {
-                    if *r == Some(task) {
-                        *r = None;
-                    }
-                }
-                self.running[ci] = Some(task);
-            }
+        self.prev[cpu.0 as usize] = None;
+        if let Some(t) = self.rq.get_mut(task) {
+            t.last_cpu = Some(cpu);
         }
         // Work conservation: an idle CPU while tasks wait is asked to decide.
-        self.kick_idle_for_queue(ctx, cpu);
+        self.rq.kick_idle_for_queue(ctx, cpu);
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
         self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
-        if matches!(t.st, St::Queued | St::Blocked) {
+        if self.rq.preempt(task, cpu).is_none() {
             return;
-        }
-        let ci = cpu.0 as usize;
-        if self.running.get(ci).copied().flatten() == Some(task) {
-            self.running[ci] = None;
         }
         if why == Preempt::Yield {
             // sys_sched_yield: move_last_runqueue, and goodness −1 for this decision.
             self.back += 1;
             let pos = self.back;
-            if let Some(t) = self.task_mut(task) {
+            if let Some(t) = self.rq.get_mut(task) {
                 t.pos = pos;
             }
         }
-        self.set_state(task, St::Queued);
-        if let Some(p) = self.prev.get_mut(ci) {
+        self.enqueue(task);
+        if let Some(p) = self.prev.get_mut(cpu.0 as usize) {
             *p = Some((task, why == Preempt::Yield, ctx.now()));
         }
         crate::rr::kick_idle(ctx, task, cpu);
@@ -554,31 +372,19 @@ impl Policy for Linux22 {
     }
 
     fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        if token != TICK_TOKEN {
+        if !self.tick.fired(token) {
             return;
         }
         self.ensure(ctx);
-        self.tick_armed = false;
         // update_process_times on every CPU: --counter; at 0, need_resched.
-        for ci in 0..self.running.len() {
-            let Some(id) = self.running[ci] else { continue };
-            let cpu = CpuId(ci as u16);
-            if ctx.running_on(cpu) != Some(id) {
-                self.running[ci] = None;
-                continue;
-            }
-            let Some(t) = self.task_mut(id) else { continue };
-            if t.st != St::Running(cpu) {
-                continue;
-            }
+        for ci in 0..self.rq.ncpus() {
+            let Some((_, cpu, t)) = self.rq.tick_target(ctx, ci) else { continue };
             t.counter = t.counter.saturating_sub(1);
             if t.counter == 0 {
                 let _ = ctx.resched(cpu);
             }
         }
-        if self.tasks.iter().any(|t| t.is_some()) {
-            self.arm_tick(ctx);
-        }
+        self.tick.rearm(ctx, &self.rq);
     }
 
     fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, task: TaskId, req: &Request) -> Reply {
@@ -591,17 +397,12 @@ impl Policy for Linux22 {
             "priority" | "nice" => return Reply::refused(format!("linux22: {name} {value} is out of range")),
             _ => return Reply::refused(format!("linux22 has no task parameter '{name}'")),
         };
-        let Some(t) = self.task(task).copied() else {
+        let Some(t) = self.rq.get_mut(task) else {
             return Reply::refused(format!("{task} is not scheduled by linux22"));
         };
-        let queued = t.st == St::Queued;
-        self.dequeue(task);
-        if let Some(t) = self.task_mut(task) {
-            t.priority = priority;
-        }
-        if queued {
-            self.enqueue(task);
-        }
+        t.priority = priority;
+        let key = t.key();
+        self.rq.set_key(task, key);
         Reply::Ok
     }
 
@@ -617,11 +418,11 @@ impl Policy for Linux22 {
             // prev first (still_running): the others must beat it strictly.
             let mut best: Option<(i64, TaskId)> = None;
             if let Some((p, yielded)) = prev {
-                let ok = self.task(p).is_some_and(|t| t.st == St::Queued)
+                let ok = self.rq.get(p).is_some_and(|t| t.st == St::Queued)
                     && ctx.allowed(p, cpu)
                     && ctx.state(p) == TaskState::Runnable;
                 if ok {
-                    let g = if yielded { -1 } else { self.goodness_prev(self.task(p).unwrap(), cpu) };
+                    let g = if yielded { -1 } else { self.goodness_prev(self.rq.get(p).unwrap(), cpu) };
                     best = Some((g, p));
                 } else {
                     prev = None;
@@ -632,13 +433,13 @@ impl Policy for Linux22 {
             // without bonus, then run-queue position), or the first allowed of this CPU's
             // queue with the CPU bonus.
             let mut cands: Vec<TaskId> = Vec::with_capacity(2);
-            cands.extend(self.first_allowed(ctx, cpu, false, skip));
+            cands.extend(self.rq.first_allowed(ctx, cpu, false, skip, |_| true));
             if self.use_per_cpu() {
-                cands.extend(self.first_allowed(ctx, cpu, true, skip));
+                cands.extend(self.rq.first_allowed(ctx, cpu, true, skip, |_| true));
             }
             let mut other: Option<(i64, i64, TaskId)> = None;
             for id in cands {
-                let t = self.task(id).unwrap();
+                let t = self.rq.get(id).unwrap();
                 let g = self.goodness(t, cpu);
                 if other.is_none_or(|o| (g, Reverse(t.pos)) > (o.0, Reverse(o.1))) {
                     other = Some((g, t.pos, id));
@@ -656,8 +457,7 @@ impl Policy for Linux22 {
                 prev = prev.map(|p| (p.0, false));
                 continue;
             }
-            self.set_state(id, St::Picked(cpu));
-            self.picked[ci] = Some(id);
+            self.rq.pick(id, cpu);
             return Some(Decision::run_until_block(id));
         }
         None
@@ -665,23 +465,11 @@ impl Policy for Linux22 {
 
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if *p == Some(task) {
-                *p = None;
-            }
-        }
-        let Some(t) = self.task(task).copied() else { return };
-        if !matches!(t.st, St::Picked(_)) {
-            return;
-        }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => {
-                self.forget_cpu_refs(task);
-                self.tasks[task.0 as usize] = None;
-            }
-            Refusal::NotRunnable => self.set_state(task, St::Blocked),
-            Refusal::RunningElsewhere(c) => self.set_state(task, St::Running(c)),
-            Refusal::NotAllowed | Refusal::ZeroSlice => self.set_state(task, St::Queued),
+        let picked = self.rq.get(task).is_some_and(|t| matches!(t.st, St::Picked(_)));
+        if self.rq.refused(cpu, task, why).is_some() {
+            self.enqueue(task);
+        } else if picked && self.rq.get(task).is_none() {
+            self.forget_prev(task);
         }
     }
 }

@@ -81,14 +81,13 @@
 //! system must frequently update the tick counts and recompute the priority of each
 //! process"). Decisions use no floating point.
 
-use std::collections::BTreeSet;
-
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskState, Wake,
+    Wake,
 };
 
 use crate::params::Params;
+use crate::runqueue::{self, RunQueue, St, Tick};
 
 /// The token of this policy's periodic clock tick.
 pub const TICK_TOKEN: u64 = 1;
@@ -241,16 +240,6 @@ pub fn build(p: &mut Params) -> Result<Unix, String> {
     Ok(Unix::new(UnixConfig { variant, tick, wait_pri, resched_secs }))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Blocked,
-    /// In the ready set.
-    Queued,
-    /// Returned by `pick` on this CPU; `on_dispatch` or `on_refused` follows.
-    Picked(CpuId),
-    Running(CpuId),
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Task {
     /// The tick count (`p_cpu`).
@@ -261,14 +250,19 @@ struct Task {
     kernel: bool,
     /// The priority it sleeps at when it next blocks.
     wait_pri: i32,
-    st: St,
     /// Ready order: smaller became ready earlier.
     seq: u64,
-    guest: bool,
 }
 
-/// (priority, ready order, task).
-type Key = (i32, u64, u32);
+impl Task {
+    /// The ready-set key: (priority, ready order).
+    fn key(&self) -> Key {
+        (self.pri, self.seq)
+    }
+}
+
+/// (priority, ready order).
+type Key = (i32, u64);
 
 /// A task's state, for inspection (tests, reports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,18 +282,13 @@ pub struct UnixTaskInfo {
 pub struct Unix {
     cfg: UnixConfig,
     hz: u64,
-    tasks: Vec<Option<Task>>,
-    ready: BTreeSet<Key>,
+    rq: RunQueue<Key, Task>,
     seq: u64,
-    /// Per CPU: the task this policy picked and has not yet seen dispatched.
-    picked: Vec<Option<TaskId>>,
-    /// Per CPU: the task running there that this policy charges ticks to.
-    running: Vec<Option<TaskId>>,
-    /// Per CPU: when that task was dispatched.
+    /// Per CPU: when the task charged there was dispatched.
     since: Vec<Ns>,
     /// The index (time / tick) of the last tick handled.
     last_tick: u64,
-    tick_armed: bool,
+    tick: Tick,
     decays: u64,
 }
 
@@ -309,14 +298,11 @@ impl Unix {
         Unix {
             hz: cfg.hz(),
             cfg,
-            tasks: Vec::new(),
-            ready: BTreeSet::new(),
+            rq: RunQueue::new(),
             seq: 0,
-            picked: Vec::new(),
-            running: Vec::new(),
             since: Vec::new(),
             last_tick: 0,
-            tick_armed: false,
+            tick: Tick::new(cfg.tick, TICK_TOKEN),
             decays: 0,
         }
     }
@@ -331,7 +317,7 @@ impl Unix {
     }
 
     pub fn task_info(&self, task: TaskId) -> Option<UnixTaskInfo> {
-        self.task(task).map(|t| UnixTaskInfo {
+        self.rq.get(task).map(|t| UnixTaskInfo {
             ticks: t.cpu,
             nice: t.nice,
             pri: t.pri,
@@ -343,87 +329,39 @@ impl Unix {
 
     /// The ready (runnable, not running) tasks, best first.
     pub fn ready(&self) -> Vec<TaskId> {
-        self.ready.iter().map(|k| TaskId(k.2)).collect()
-    }
-
-    fn task(&self, task: TaskId) -> Option<&Task> {
-        self.tasks.get(task.0 as usize).and_then(|t| t.as_ref())
-    }
-
-    fn task_mut(&mut self, task: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(task.0 as usize).and_then(|t| t.as_mut())
+        self.rq.ready_ids()
     }
 
     fn ensure(&mut self, ctx: &Ctx) {
-        if self.running.is_empty() {
-            let n = ctx.ncpus().max(1) as usize;
-            self.picked = vec![None; n];
-            self.running = vec![None; n];
-            self.since = vec![0; n];
-        }
-    }
-
-    fn arm_tick(&mut self, ctx: &mut Ctx) {
-        let next = (ctx.now() / self.cfg.tick).saturating_add(1).saturating_mul(self.cfg.tick);
-        if ctx.set_event(next, TICK_TOKEN).is_ok() {
-            self.tick_armed = true;
-        }
-    }
-
-    /// Takes a task out of the ready set if it is there (its state is left to the caller).
-    fn dequeue(&mut self, id: TaskId) {
-        if let Some(t) = self.task(id).copied() {
-            if t.st == St::Queued {
-                self.ready.remove(&(t.pri, t.seq, id.0));
-            }
+        if self.rq.ensure(ctx) {
+            self.since = vec![0; self.rq.ncpus()];
         }
     }
 
     /// Makes a task ready anew: behind the ready tasks of its priority.
     fn enqueue(&mut self, id: TaskId) {
-        self.dequeue(id);
         self.seq += 1;
         let seq = self.seq;
-        let Some(t) = self.task_mut(id) else { return };
-        t.st = St::Queued;
+        let Some(t) = self.rq.get_mut(id) else { return };
         t.seq = seq;
-        let k = (t.pri, seq, id.0);
-        self.ready.insert(k);
-    }
-
-    fn set_state(&mut self, id: TaskId, st: St) {
-        self.dequeue(id);
-        if let Some(t) = self.task_mut(id) {
-            t.st = st;
-        }
+        let key = t.key();
+        self.rq.enqueue(id, key, None);
     }
 
     /// Changes a task's priority, keeping its place in the ready order.
     fn set_pri(&mut self, id: TaskId, pri: i32, kernel: bool) {
-        let Some(t) = self.task(id).copied() else { return };
-        if t.st == St::Queued {
-            self.ready.remove(&(t.pri, t.seq, id.0));
-            self.ready.insert((pri, t.seq, id.0));
-        }
-        if let Some(t) = self.task_mut(id) {
-            t.pri = pri;
-            t.kernel = kernel;
-        }
+        let Some(t) = self.rq.get_mut(id) else { return };
+        t.pri = pri;
+        t.kernel = kernel;
+        let key = t.key();
+        self.rq.set_key(id, key);
     }
 
     /// The task returns to user mode: its priority is recomputed from its tick count.
     fn return_to_user(&mut self, id: TaskId) {
-        if let Some(t) = self.task(id).copied() {
+        if let Some(t) = self.rq.get(id).copied() {
             if t.kernel {
                 self.set_pri(id, self.cfg.variant.user_pri(t.cpu, t.nice), false);
-            }
-        }
-    }
-
-    fn forget_cpu_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(id) {
-                *r = None;
             }
         }
     }
@@ -431,33 +369,12 @@ impl Unix {
     /// The first ready task that may run on `cpu` with a priority strictly better than
     /// `better_than` (if given); stale entries are repaired on the way.
     fn first_allowed(&mut self, ctx: &Ctx, cpu: CpuId, better_than: Option<i32>) -> Option<TaskId> {
-        loop {
-            let found = self
-                .ready
-                .iter()
-                .take_while(|k| better_than.is_none_or(|b| k.0 < b))
-                .map(|k| TaskId(k.2))
-                .find(|&id| ctx.allowed(id, cpu))?;
-            match ctx.state(found) {
-                TaskState::Runnable => return Some(found),
-                TaskState::Running(c) => self.set_state(found, St::Running(c)),
-                TaskState::Blocked => self.set_state(found, St::Blocked),
-                TaskState::Dead => {
-                    self.dequeue(found);
-                    self.forget_cpu_refs(found);
-                    self.tasks[found.0 as usize] = None;
-                }
-            }
-        }
+        self.rq.first_allowed(ctx, cpu, false, None, |k| better_than.is_none_or(|b| k.0 < b))
     }
 
     /// The task of this policy running in user mode on `cpu`, with its priority.
     fn running_user(&self, ctx: &Ctx, cpu: CpuId) -> Option<(TaskId, i32)> {
-        let id = self.running.get(cpu.0 as usize).copied().flatten()?;
-        if ctx.running_on(cpu) != Some(id) {
-            return None;
-        }
-        let t = self.task(id)?;
+        let (id, t) = self.rq.charged_on(ctx, cpu)?;
         (t.st == St::Running(cpu) && !t.kernel).then_some((id, t.pri))
     }
 
@@ -466,26 +383,13 @@ impl Unix {
     fn decay(&mut self) {
         self.decays += 1;
         let v = self.cfg.variant;
-        for t in self.tasks.iter_mut().flatten() {
+        for t in self.rq.slots_mut() {
             t.cpu = v.decay(t.cpu, t.nice);
             if !t.kernel {
                 t.pri = v.user_pri(t.cpu, t.nice);
             }
         }
-        let mut keys: Vec<Key> = self
-            .tasks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.as_ref().filter(|t| t.st == St::Queued).map(|t| (t.pri, t.seq, i as u32)))
-            .collect();
-        keys.sort_unstable();
-        self.ready = keys.into_iter().collect();
-    }
-
-    fn kick_idle_for_queue(&self, ctx: &mut Ctx, except: CpuId) {
-        if let Some(k) = self.ready.first() {
-            crate::rr::kick_idle(ctx, TaskId(k.2), except);
-        }
+        self.rq.rebuild(Task::key);
     }
 
     fn param(&self, name: &str, value: i64) -> Result<(), String> {
@@ -515,8 +419,8 @@ impl Policy for Unix {
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         self.ensure(ctx);
-        let idx = crate::task_index(task)?;
-        let parent = info.parent.and_then(|p| self.task(p)).copied();
+        crate::task_index(task)?;
+        let parent = info.parent.and_then(|p| self.rq.get(p)).copied();
         let nice = match info.params.get("nice") {
             Some(&n) => {
                 self.param("nice", n)?;
@@ -531,59 +435,31 @@ impl Policy for Unix {
             }
             None => self.cfg.wait_pri,
         };
-        let st = match info.state {
-            TaskState::Runnable => St::Queued,
-            TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
-        };
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
-        }
+        let st = runqueue::attach_state(task, info)?;
         let asleep = st == St::Blocked;
-        self.tasks[idx] = Some(Task {
+        let t = Task {
             cpu: 0,
             nice,
             pri: if asleep { wait_pri } else { self.cfg.variant.user_pri(0, nice) },
             kernel: asleep,
             wait_pri,
-            st: St::Blocked,
             seq: 0,
-            guest: info.guest,
-        });
-        match st {
-            St::Queued => self.enqueue(task),
-            St::Running(c) => {
-                self.set_state(task, st);
-                if !info.guest {
-                    if let Some(r) = self.running.get_mut(c.0 as usize) {
-                        *r = Some(task);
-                    }
-                }
-            }
-            _ => {}
+        };
+        self.rq.attach(task, st, info.guest, t)?;
+        if st == St::Queued {
+            self.enqueue(task);
         }
-        if !self.tick_armed {
-            self.arm_tick(ctx);
-        }
+        self.tick.arm(ctx);
         Ok(())
     }
 
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if self.task(task).is_some() {
-            self.dequeue(task);
-            self.forget_cpu_refs(task);
-            self.tasks[task.0 as usize] = None;
-        }
+        self.rq.remove(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
         self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
+        let Some(t) = self.rq.get(task).copied() else { return };
         if t.st != St::Blocked {
             return;
         }
@@ -591,10 +467,10 @@ impl Policy for Unix {
         self.enqueue(task);
         // An idle CPU is the dispatcher's to kick; otherwise preempt the worst user-mode
         // task of this policy that is strictly worse than the woken one.
-        let aff = ctx.affinity(task);
-        if ctx.cpus().any(|c| aff.contains(c) && ctx.running_on(c).is_none()) {
+        if runqueue::idle_cpu_for(ctx, task) {
             return;
         }
+        let aff = ctx.affinity(task);
         let pri = t.pri;
         let mut worst: Option<(i32, CpuId)> = None;
         for c in ctx.cpus().filter(|&c| aff.contains(c)) {
@@ -610,56 +486,33 @@ impl Policy for Unix {
     }
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
-        let Some(t) = self.task(task).copied() else { return };
-        self.set_state(task, St::Blocked);
+        let Some(t) = self.rq.get(task).copied() else { return };
+        self.rq.set_state(task, St::Blocked);
         // sleep(chan, pri): it sleeps at its wait priority.
-        if let Some(tm) = self.task_mut(task) {
+        if let Some(tm) = self.rq.get_mut(task) {
             tm.pri = t.wait_pri;
             tm.kernel = true;
         }
-        self.forget_cpu_refs(task);
+        self.rq.forget_refs(task);
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
         self.ensure(ctx);
-        let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
-            return;
+        let Some(charged) = self.rq.dispatch(task, cpu) else { return };
+        if charged {
+            self.since[cpu.0 as usize] = ctx.now();
         }
-        let ours = self.picked[ci] == Some(task);
-        self.picked[ci] = None;
-        self.running[ci] = None;
-        if let Some(t) = self.task(task).copied() {
-            self.set_state(task, St::Running(cpu));
-            if ours || !t.guest {
-                for r in self.running.iter_mut() {
-                    if *r == Some(task) {
-                        *r = None;
-                    }
-                }
-                self.running[ci] = Some(task);
-                self.since[ci] = ctx.now();
-            }
-        }
-        self.kick_idle_for_queue(ctx, cpu);
+        self.rq.kick_idle_for_queue(ctx, cpu);
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
         self.ensure(ctx);
-        let Some(t) = self.task(task).copied() else { return };
-        if matches!(t.st, St::Queued | St::Blocked) {
-            return;
-        }
-        let ci = cpu.0 as usize;
-        if self.running.get(ci).copied().flatten() == Some(task) {
-            self.running[ci] = None;
-        }
+        let Some((t, _)) = self.rq.preempt(task, cpu) else { return };
         if t.kernel && why != Preempt::Yield {
             // A task in kernel mode is not preempted (§3 preempts only user mode): a
             // reschedule asked by the mechanism or a higher scheduler leaves it its kernel
             // priority and its place in the ready order.
-            self.set_state(task, St::Queued);
-            self.ready.insert((t.pri, t.seq, task.0));
+            self.rq.enqueue(task, t.key(), None);
         } else {
             // It leaves the CPU through user mode (trap exit: setpri), and qswtch makes it
             // ready anew, behind the tasks of its priority.
@@ -670,34 +523,24 @@ impl Policy for Unix {
     }
 
     fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
-        if token != TICK_TOKEN {
+        if !self.tick.fired(token) {
             return;
         }
         self.ensure(ctx);
-        self.tick_armed = false;
         // The clock interrupt on every CPU: ++p_cpu (at most 255) for the running task; a
         // task woken into kernel mode returns to user mode at its first tick, and is
         // preempted then if a better task became ready meanwhile.
-        for ci in 0..self.running.len() {
-            let Some(id) = self.running[ci] else { continue };
-            let cpu = CpuId(ci as u16);
-            if ctx.running_on(cpu) != Some(id) {
-                self.running[ci] = None;
-                continue;
-            }
+        for ci in 0..self.rq.ncpus() {
+            let Some((id, cpu, t)) = self.rq.tick_target(ctx, ci) else { continue };
             if self.since[ci] == ctx.now() {
                 // Dispatched at this very instant: it has not run, so it is not charged.
-                continue;
-            }
-            let Some(t) = self.task_mut(id) else { continue };
-            if t.st != St::Running(cpu) {
                 continue;
             }
             t.cpu = (t.cpu + 1).min(MAX_TICKS);
             let kernel = t.kernel;
             if kernel {
                 self.return_to_user(id);
-                let pri = self.task(id).map_or(MAX_PRI, |t| t.pri);
+                let pri = self.rq.get(id).map_or(MAX_PRI, |t| t.pri);
                 if self.first_allowed(ctx, cpu, Some(pri)).is_some() {
                     let _ = ctx.resched(cpu);
                 }
@@ -713,7 +556,7 @@ impl Policy for Unix {
             self.decay();
             let secs = index / self.hz;
             let rotate = self.cfg.resched_secs > 0 && secs.is_multiple_of(self.cfg.resched_secs as u64);
-            for c in 0..self.running.len() {
+            for c in 0..self.rq.ncpus() {
                 let cpu = CpuId(c as u16);
                 let Some((_, pri)) = self.running_user(ctx, cpu) else { continue };
                 if rotate || self.first_allowed(ctx, cpu, Some(pri)).is_some() {
@@ -721,9 +564,7 @@ impl Policy for Unix {
                 }
             }
         }
-        if self.tasks.iter().any(|t| t.is_some()) {
-            self.arm_tick(ctx);
-        }
+        self.tick.rearm(ctx, &self.rq);
     }
 
     fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, task: TaskId, req: &Request) -> Reply {
@@ -733,13 +574,13 @@ impl Policy for Unix {
         if let Err(e) = self.param(name, *value) {
             return Reply::refused(e);
         }
-        let Some(t) = self.task(task).copied() else {
+        let Some(t) = self.rq.get(task).copied() else {
             return Reply::refused(format!("{task} is not scheduled by unix"));
         };
         match name.as_str() {
             "nice" => {
                 let nice = *value as i32;
-                if let Some(tm) = self.task_mut(task) {
+                if let Some(tm) = self.rq.get_mut(task) {
                     tm.nice = nice;
                 }
                 // A user-mode priority follows at once (V7's nice(2) calls no setpri; the
@@ -749,7 +590,7 @@ impl Policy for Unix {
                 }
             }
             _ => {
-                if let Some(tm) = self.task_mut(task) {
+                if let Some(tm) = self.rq.get_mut(task) {
                     tm.wait_pri = *value as i32;
                 }
             }
@@ -759,39 +600,19 @@ impl Policy for Unix {
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         self.ensure(ctx);
-        let ci = cpu.0 as usize;
-        if ci >= self.picked.len() {
+        if cpu.0 as usize >= self.rq.ncpus() {
             return None;
         }
         let id = self.first_allowed(ctx, cpu, None)?;
-        self.set_state(id, St::Picked(cpu));
-        self.picked[ci] = Some(id);
+        self.rq.pick(id, cpu);
         Some(Decision::run_until_block(id))
     }
 
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if *p == Some(task) {
-                *p = None;
-            }
-        }
-        let Some(t) = self.task(task).copied() else { return };
-        if !matches!(t.st, St::Picked(_)) {
-            return;
-        }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => {
-                self.forget_cpu_refs(task);
-                self.tasks[task.0 as usize] = None;
-            }
-            Refusal::NotRunnable => self.set_state(task, St::Blocked),
-            Refusal::RunningElsewhere(c) => self.set_state(task, St::Running(c)),
-            Refusal::NotAllowed | Refusal::ZeroSlice => {
-                // Back to its place in the ready order.
-                self.set_state(task, St::Queued);
-                self.ready.insert((t.pri, t.seq, task.0));
-            }
+        if let Some(t) = self.rq.refused(cpu, task, why) {
+            // Back to its place in the ready order.
+            self.rq.enqueue(task, t.key(), None);
         }
     }
 }
