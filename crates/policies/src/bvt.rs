@@ -267,6 +267,32 @@ struct Task {
 }
 
 impl Task {
+    /// A task of this weight in state `st`, at AVT 0, without warp.
+    fn new(weight: u64, st: St) -> Task {
+        Task {
+            weight,
+            avt: 0,
+            frac: 0,
+            warp_ns: 0,
+            heuristic: false,
+            level: 0,
+            warp_limit: 0,
+            unwarp: 0,
+            warp_back: false,
+            warped: false,
+            warp_left: 0,
+            warp_run_from: None,
+            unwarp_until: 0,
+            st,
+            credit: 0,
+            settled_at: 0,
+            stopped: None,
+            burst: 0,
+            burst_steps: 0,
+            limit_armed: false,
+            unwarp_armed: false,
+        }
+    }
     fn warp_vt(&self) -> i128 {
         self.warp_ns as i128 * VT_SCALE
     }
@@ -867,29 +893,7 @@ impl Bvt {
             TaskState::Blocked => St::Blocked { voluntary: true },
             TaskState::Dead => return Err("bvt: the task has exited".into()),
         };
-        Ok(Task {
-            weight,
-            avt: 0,
-            frac: 0,
-            warp_ns,
-            heuristic,
-            level,
-            warp_limit,
-            unwarp,
-            warp_back,
-            warped: false,
-            warp_left: 0,
-            warp_run_from: None,
-            unwarp_until: 0,
-            st,
-            credit: 0,
-            settled_at: 0,
-            stopped: None,
-            burst: 0,
-            burst_steps: 0,
-            limit_armed: false,
-            unwarp_armed: false,
-        })
+        Ok(Task { warp_ns, heuristic, level, warp_limit, unwarp, warp_back, ..Task::new(weight, st) })
     }
 
     fn quantum(&self) -> Ns {
@@ -1372,29 +1376,7 @@ mod tests {
     #[test]
     fn crossover_is_exact() {
         let b = bvt(10);
-        let t = Task {
-            weight: 2,
-            avt: 0,
-            frac: 0,
-            warp_ns: 0,
-            heuristic: false,
-            level: 0,
-            warp_limit: 0,
-            unwarp: 0,
-            warp_back: false,
-            warped: false,
-            warp_left: 0,
-            warp_run_from: None,
-            unwarp_until: 0,
-            st: St::Queued,
-            credit: 0,
-            settled_at: 0,
-            stopped: None,
-            burst: 0,
-            burst_steps: 0,
-            limit_armed: false,
-            unwarp_armed: false,
-        };
+        let t = Task::new(2, St::Queued);
         // C = 20 real ns: weight 2 must get 10 virtual ns ahead: 2 mcu.
         assert_eq!(b.run_until_cross(&t, 0, 0, 0), Some(20));
         assert_eq!(b.run_until_cross(&t, 3, 0, 0), Some(23));
