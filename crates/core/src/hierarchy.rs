@@ -316,13 +316,10 @@ impl Dispatcher {
         }
     }
 
-    fn attach_info(&self, task: TaskId, guest: bool) -> (TaskState, CpuSet, Option<TaskId>, TaskParams, bool) {
-        let r = &self.tasks.recs[task.0 as usize];
-        (r.state, r.affinity, r.parent, r.params.clone(), guest)
-    }
-
     fn attach(&mut self, idx: usize, task: TaskId, now: Ns, guest: bool) -> Result<(), String> {
-        let (state, affinity, parent, params, guest) = self.attach_info(task, guest);
+        let r = &self.tasks.recs[task.0 as usize];
+        // Copied out: the policy call below borrows the dispatcher mutably.
+        let (state, affinity, parent, params) = (r.state, r.affinity, r.parent, r.params.clone());
         self.call(idx, now, |p, ctx| {
             p.on_attach(ctx, task, &AttachInfo { state, params: &params, affinity, parent, guest })
         })

@@ -508,13 +508,11 @@ impl Sim {
 
     fn schedule(&mut self, c: usize, why: Preempt) {
         self.settle(c);
-        let prev = self.cpus[c].current.take();
+        // `current` stays the task this CPU switches from, for start()'s switch cost.
+        let prev = self.cpus[c].current;
         let d = self.disp.schedule(self.now, CpuId(c as u16), why);
-        if let Some(p) = prev {
-            if d.map(|d| d.task) != Some(self.tasks[p].id) {
-                self.metrics.runnable(p, self.now);
-            }
-            self.cpus[c].current = Some(p); // for start(): the task this CPU switches from
+        if let Some(p) = prev.filter(|&p| d.map(|d| d.task) != Some(self.tasks[p].id)) {
+            self.metrics.runnable(p, self.now);
         }
         match d {
             Some(d) => self.start(c, d),
