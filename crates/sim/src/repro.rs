@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use crate::engine::Trace;
 use crate::model::Scenario;
 use crate::report::{Report, TaskReport};
-use crate::scenario::load_scenario;
+use crate::scenario::parse_scenario;
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -72,15 +72,13 @@ struct ExpectsOnly {
     expect: Vec<Expect>,
 }
 
-/// Reads the `[[expect]]` rows of an experiment file.
-pub fn read_expects(path: &Path) -> Result<Vec<Expect>, String> {
+/// Reads an experiment file once: its text, its TOML table and its `[[expect]]` rows.
+fn read_experiment(path: &Path) -> Result<(String, toml::Table, Vec<Expect>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let parsed: ExpectsOnly = toml::from_str::<toml::Table>(&text)
-        .map_err(|e| format!("{}: {e}", path.display()))
-        .and_then(|mut t| {
-            let only: toml::Table = t.remove("expect").map(|e| [("expect".to_string(), e)].into_iter().collect()).unwrap_or_default();
-            only.try_into().map_err(|e: toml::de::Error| format!("{}: [[expect]]: {e}", path.display()))
-        })?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let only: toml::Table = table.get("expect").map(|e| [("expect".to_string(), e.clone())].into_iter().collect()).unwrap_or_default();
+    let parsed: ExpectsOnly =
+        only.try_into().map_err(|e: toml::de::Error| format!("{}: [[expect]]: {e}", path.display()))?;
     if parsed.expect.is_empty() {
         return Err(format!("{}: an experiment needs at least one [[expect]] row", path.display()));
     }
@@ -89,7 +87,12 @@ pub fn read_expects(path: &Path) -> Result<Vec<Expect>, String> {
             return Err(format!("{}: expect '{}': paper and tolerance must be finite, tolerance >= 0", path.display(), e.id));
         }
     }
-    Ok(parsed.expect)
+    Ok((text, table, parsed.expect))
+}
+
+/// Reads the `[[expect]]` rows of an experiment file.
+pub fn read_expects(path: &Path) -> Result<Vec<Expect>, String> {
+    read_experiment(path).map(|(_, _, expects)| expects)
 }
 
 fn task_field(t: &TaskReport, field: &str) -> Result<f64, String> {
@@ -333,9 +336,7 @@ fn bvt_plan_metrics(input: &toml::Table) -> Result<BTreeMap<String, f64>, String
 
 /// Runs one experiment file: its scenario (or computation), then each `[[expect]]` row.
 pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
-    let expects = read_expects(path)?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (text, table, expects) = read_experiment(path)?;
     if let Some(computed) = table.get("computed") {
         let input = computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
         let kind = input
@@ -353,7 +354,7 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
             })
             .collect();
     }
-    let scenario = load_scenario(path).map_err(|e| e.to_string())?;
+    let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
     if expects.iter().any(|e| e.metric.starts_with("trace.")) {
         sim.record_trace();
