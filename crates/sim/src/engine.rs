@@ -688,10 +688,16 @@ impl Sim {
         }
     }
 
-    /// Sends a message from task `i` to the scheduler named `to`.
+    /// Sends a message from task `i` to the scheduler named `to`, about task `about`
+    /// (None: task `i` itself).
     fn send(&mut self, i: usize, to: &str, req: Request) -> Reply {
+        self.send_about(i, None, to, req)
+    }
+
+    fn send_about(&mut self, i: usize, about: Option<usize>, to: &str, req: Request) -> Reply {
         let spec = &self.sc.tasks[i];
         let from = Sender { task: Some(self.tasks[i].id), uid: spec.uid };
+        let subject = self.tasks[about.unwrap_or(i)].id;
         let sched = match req {
             Request::Leave => self.disp.owner(self.tasks[i].id),
             _ => self.disp.lookup(to),
@@ -700,7 +706,7 @@ impl Sim {
         let reply = match sched {
             Some(s) => {
                 self.settle_all();
-                self.disp.message(self.now, s, from, self.tasks[i].id, &req)
+                self.disp.message(self.now, s, from, subject, &req)
             }
             None => Reply::refused(format!("no scheduler named '{to}' is loaded")),
         };
@@ -852,7 +858,17 @@ impl Sim {
                     if matches!(s.request, Request::Set { .. }) {
                         self.metrics.iteration(i, true, now);
                     }
-                    self.send(i, &s.to, s.request.clone());
+                    let about = s.task.as_ref().and_then(|n| self.task_index.get(n).copied());
+                    let req = match s.request {
+                        // A script's deadline request is relative to when it is sent.
+                        Request::Deadline { start, need, deadline } => Request::Deadline {
+                            start: now.saturating_add(start),
+                            need,
+                            deadline: now.saturating_add(deadline),
+                        },
+                        ref r => r.clone(),
+                    };
+                    self.send_about(i, about, &s.to, req);
                 }
                 Phase::Join(name) => {
                     self.send(i, name, Request::Join);

@@ -72,6 +72,8 @@ pub struct SchedulerSpec {
 pub struct SendSpec {
     pub to: String,
     pub request: vassal_core::Request,
+    /// The task the request is about (`reserve(pid, ...)`); None: the sender itself.
+    pub task: Option<String>,
 }
 
 /// One step of a scripted task.

@@ -562,6 +562,12 @@ struct RawSend {
     on: Option<Spanned<bool>>,
     name: Option<Spanned<String>>,
     value: Option<Spanned<TaskParam>>,
+    util: Option<Spanned<f64>>,
+    period: Option<Spanned<Dur>>,
+    start: Option<Spanned<Dur>>,
+    need: Option<Spanned<Dur>>,
+    deadline: Option<Spanned<Dur>>,
+    task: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1198,21 +1204,33 @@ impl Builder<'_> {
         let s = send.get_ref();
         let to = sched_ref(&s.to, "send")?;
         let req = s.request.get_ref().as_str();
-        let extras: [(&str, Option<Range<usize>>); 4] = [
+        let extras: [(&str, Option<Range<usize>>); 10] = [
             ("delay", s.delay.as_ref().map(Spanned::span)),
             ("on", s.on.as_ref().map(Spanned::span)),
             ("name", s.name.as_ref().map(Spanned::span)),
             ("value", s.value.as_ref().map(Spanned::span)),
+            ("util", s.util.as_ref().map(Spanned::span)),
+            ("period", s.period.as_ref().map(Spanned::span)),
+            ("start", s.start.as_ref().map(Spanned::span)),
+            ("need", s.need.as_ref().map(Spanned::span)),
+            ("deadline", s.deadline.as_ref().map(Spanned::span)),
+            ("task", s.task.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match req {
             "join" | "leave" => &[],
             "set" => &["delay"],
             "warp" => &["on"],
             "param" => &["name", "value"],
+            "reserve" | "modify" => &["util", "period", "task"],
+            "free" => &["task"],
+            "avail" => &[],
+            "deadline" => &["start", "need", "deadline"],
             other => {
                 return Err(self.err(
                     s.request.span(),
-                    format!("unknown request '{other}'; expected one of join, leave, set, warp, param"),
+                    format!(
+                        "unknown request '{other}'; expected one of join, leave, set, warp, param, reserve, free, modify, avail, deadline"
+                    ),
                 ))
             }
         };
@@ -1224,17 +1242,41 @@ impl Builder<'_> {
             }
         }
         let need = |key: &str| self.err(s.request.span(), format!("request '{req}' needs key `{key}`"));
+        let dur = |d: &Option<Spanned<Dur>>, key: &str| d.as_ref().map(|d| d.get_ref().0).ok_or_else(|| need(key));
+        // `util` is passed to the scheduler as written, NaN included: judging it is the
+        // scheduler's job (a bad request is refused there, with a reason).
+        let util = || s.util.as_ref().map(|u| *u.get_ref()).ok_or_else(|| need("util"));
         let request = match req {
             "join" => Request::Join,
             "leave" => Request::Leave,
-            "set" => Request::Set { delay: s.delay.as_ref().ok_or_else(|| need("delay"))?.get_ref().0 },
+            "set" => Request::Set { delay: dur(&s.delay, "delay")? },
             "warp" => Request::Warp { on: *s.on.as_ref().ok_or_else(|| need("on"))?.get_ref() },
+            "reserve" => Request::Reserve { util: util()?, period: dur(&s.period, "period")? },
+            "modify" => Request::Modify { util: util()?, period: dur(&s.period, "period")? },
+            "free" => Request::Free,
+            "avail" => Request::Avail,
+            // Times relative to the send; the engine makes them absolute when it sends.
+            "deadline" => Request::Deadline {
+                start: s.start.as_ref().map_or(0, |d| d.get_ref().0),
+                need: dur(&s.need, "need")?,
+                deadline: dur(&s.deadline, "deadline")?,
+            },
             _ => Request::Param {
                 name: s.name.as_ref().ok_or_else(|| need("name"))?.get_ref().clone(),
                 value: s.value.as_ref().ok_or_else(|| need("value"))?.get_ref().0,
             },
         };
-        Ok(Phase::Send(SendSpec { to, request }))
+        let target = match &s.task {
+            Some(t) => {
+                let name = t.get_ref();
+                if !names.tasks.contains(name) {
+                    return Err(self.err(t.span(), format!("send names task '{name}', which does not exist")));
+                }
+                Some(name.clone())
+            }
+            None => None,
+        };
+        Ok(Phase::Send(SendSpec { to, request, task: target }))
     }
 }
 

@@ -392,6 +392,7 @@ fn build(raw: &RawScenario) -> Scenario {
                                     2 => Request::Warp { on: *v > 0 },
                                     _ => Request::Set { delay: (*v).unsigned_abs() * MS },
                                 },
+                                task: None,
                             }),
                             RawPhase::Join(s) => Phase::Join(sched_name(*s)),
                             RawPhase::Leave => Phase::Leave,

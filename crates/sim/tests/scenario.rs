@@ -263,7 +263,7 @@ warp = true
     assert_eq!(s.tasks[6].behaviour, Behaviour::Handler { vector: 3, work: Dist::Const(50 * US) });
     let Behaviour::Script { phases, repeat } = &s.tasks[7].behaviour else { panic!() };
     assert!(repeat);
-    let send = |to: &str, request| Phase::Send(SendSpec { to: to.into(), request });
+    let send = |to: &str, request| Phase::Send(SendSpec { to: to.into(), request, task: None });
     assert_eq!(
         phases,
         &[

@@ -117,6 +117,7 @@ fn phase(rng: &mut ChaCha8Rng, me: usize) -> Phase {
                 1 => Request::Param { name: "weight".into(), value: rng.gen_range(1..8) },
                 _ => Request::Warp { on: rng.gen() },
             },
+            task: None,
         }),
     }
 }
