@@ -14,6 +14,7 @@ pub mod bvt_admission;
 pub mod bvt_plan;
 pub mod params;
 pub mod rr;
+pub mod rtserver;
 mod runqueue;
 pub mod timed;
 pub mod unix;
@@ -46,6 +47,7 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("unix", "standard UNIX V6/V7/S5, paper 004 §3: tick counts decayed once a second, priority = ticks/A + PUSER + nice, kernel priorities on wake (params: variant, tick, wait_pri, resched_secs)"),
         ("fb", "FB feedback queue, paper 004 §4.1: 32 levels, 16-31 real time, a full quantum drops a level, blocking boosts to base + event (params: quantum, quantum_step, base, wake_boost)"),
         ("timed", "Vassal's sample real-time scheduler, paper 000 §5: SET(delay) runs a task at now + delay via a scheduler event (params: lead, resolution, min_delay, spin)"),
+        ("rtserver", "soft real-time reservation server, paper 002 §2: reserve/free/modify/avail, admission by eqs. 1-3, a slotted dispatch table by non-preemptive RM, overrun protection (params: slot, frame, r, cpus, admission, overrun_pct, overrun_periods, overrun_window, overrun_cap)"),
     ]
 }
 
@@ -78,6 +80,7 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
         "unix" => Box::new(unix::build(&mut p)?),
         "fb" => Box::new(fb::build(&mut p)?),
         "timed" => Box::new(timed::build(&mut p)?),
+        "rtserver" => Box::new(rtserver::build(&mut p)?),
         // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(

@@ -33,6 +33,11 @@ impl<'a> Params<'a> {
         Some(v)
     }
 
+    /// The value as written, for parameters with their own syntax (e.g. a fraction).
+    pub fn raw(&mut self, key: &str) -> Option<&'a ParamValue> {
+        self.get(key)
+    }
+
     /// A duration such as "10ms" (a unit is required).
     pub fn duration(&mut self, key: &str, default: Ns) -> Result<Ns, String> {
         match self.get(key) {

@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod repro;
+pub mod rtserver_repro;
 pub mod scenario;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};

@@ -273,6 +273,8 @@ fn trace_metric(sc: &Scenario, trace: &Trace, path: &str) -> Result<f64, String>
 fn computed_metrics(kind: &str, input: &toml::Table) -> Result<BTreeMap<String, f64>, String> {
     match kind {
         "bvt_plan" => bvt_plan_metrics(input),
+        "rtserver_table" => crate::rtserver_repro::table_metrics(input),
+        "rtserver_admission" => crate::rtserver_repro::admission_metrics(input),
         _ => Err(format!("unknown computed experiment kind '{kind}'")),
     }
 }
