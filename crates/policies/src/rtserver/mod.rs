@@ -705,6 +705,7 @@ impl Policy for RtServer {
             // Non-preemptive: the job that was running when its slot ended finishes,
             // up to overrun_cap and the end of this slot (§2.3).
             let end = (now + self.cfg.overrun_cap).min((now / self.cfg.slot + 1) * self.cfg.slot);
+            // (If the slot is free and x is owed time, the repayment below covers it.)
             if at == now
                 && desired.is_none_or(|(t, _, _)| t != x)
                 && self.dispatchable(x).is_some()
