@@ -121,3 +121,41 @@ behaviour = { kind = "script", phases = [ { send = { to = "rt", request = "reser
     let (r, _) = run(&scenario(r#"slot = "20ms", frame = "160ms", overrun_pct = 60"#, tasks, "600ms"));
     assert!(!r.log.iter().any(|l| l.contains("misbehaving")), "{:#?}", r.log);
 }
+
+#[test]
+fn bad_requests_from_a_scenario_are_refused_and_logged() {
+    // p holds a reservation; then bad requests arrive, one per line of the log, and p's
+    // schedule is unchanged: one 20 ms slot per 40 ms period from the first frame.
+    let tasks = r#"
+[[task]]
+name = "p"
+scheduler = "rt"
+uid = 1000
+behaviour = { kind = "periodic", period = "40ms", exec = "20ms", offset = "160ms" }
+[[task]]
+name = "q"
+scheduler = "rt"
+uid = 2000
+behaviour = { kind = "script", phases = [
+  { sleep = "1ms" },
+  { send = { to = "rt", request = "reserve", util = nan, period = "40ms" } },
+  { send = { to = "rt", request = "reserve", util = 1.5, period = "40ms" } },
+  { send = { to = "rt", request = "reserve", util = 0.1, period = "30ms" } },
+  { send = { to = "rt", request = "free", task = "p" } },
+  { send = { to = "rt", request = "modify", task = "p", util = 0.25, period = "80ms" } },
+  { send = { to = "rt", request = "reserve", task = "hog", util = 0.1, period = "40ms" } },
+] }
+[[task]]
+name = "ctl"
+behaviour = { kind = "script", phases = [ { send = { to = "rt", request = "reserve", task = "p", util = 0.5, period = "40ms" } } ] }
+"#;
+    let (r, trace) = run(&scenario(r#"slot = "20ms", frame = "160ms""#, tasks, "480ms"));
+    let q = r.tasks.iter().find(|t| t.name == "q").unwrap();
+    assert_eq!((q.messages, q.refused_messages), (7, 6), "its join at start, then six refusals");
+    for why in ["NaN", "out of range", "multiple of", "only its owner", "only its owner", "unknown pid"] {
+        assert!(r.log.iter().any(|l| l.contains("q:") && l.contains(why)), "no refusal saying '{why}': {:#?}", r.log);
+    }
+    let p = r.tasks.iter().position(|t| t.name == "p").unwrap();
+    let starts: Vec<u64> = trace.slices.iter().filter(|s| s.task == p).map(|s| s.start / MS).collect();
+    assert_eq!(starts, [160, 200, 240, 280, 320, 360, 400, 440]);
+}
