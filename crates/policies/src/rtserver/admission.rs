@@ -10,6 +10,7 @@
 //!   - eq. 2: p_m ≥ e_m + max_{1≤i<m} e_i;
 //!   - eq. 3: p_i ≥ e_i + max_{1≤j≤m, j≠i} e_j + Σ_{j=i+1..m} e_j · F(p_i − e_j, p_j),
 //!     with F(x, y) = ceil(x / y) + 1. It is checked for i < m (for i = m it is eq. 2).
+//!
 //!   Equal periods are ordered by admission: the earlier reservation counts as the
 //!   shorter period (the table builder gives it the higher priority too).
 //! - "all equations must be satisfied"; on N CPUs the broker "tries to place the new RT
@@ -196,7 +197,7 @@ impl Broker {
                 self.frame
             ));
         }
-        if period % self.slot != 0 || self.frame % period != 0 {
+        if !period.is_multiple_of(self.slot) || !self.frame.is_multiple_of(period) {
             return Err(format!(
                 "period {period} ns must be a multiple of the {} ns slot that divides the {} ns frame",
                 self.slot, self.frame

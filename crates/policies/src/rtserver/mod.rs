@@ -255,7 +255,7 @@ impl RtServer {
             }
             let res: Vec<Reservation> = self.broker.as_ref().unwrap().reservations().copied().collect();
             for r in &res {
-                if b % r.p != 0 {
+                if !b.is_multiple_of(r.p) {
                     continue;
                 }
                 let (pct, periods, window) = (self.cfg.overrun_pct, self.cfg.overrun_periods, self.cfg.overrun_window);
@@ -274,7 +274,7 @@ impl RtServer {
                     }
                 }
             }
-            if b % frame == 0 {
+            if b.is_multiple_of(frame) {
                 self.active = self.pending.clone();
                 for r in &res {
                     if self.active.slots_of(r.task) > 0 {

@@ -79,7 +79,7 @@ impl Table {
 }
 
 fn fmt_ms(ns: Ns) -> String {
-    if ns % vassal_core::MS == 0 {
+    if ns.is_multiple_of(vassal_core::MS) {
         format!("{}ms", ns / vassal_core::MS)
     } else {
         format!("{ns}ns")
