@@ -306,3 +306,18 @@ fn parameters_are_checked_when_built() {
         assert!(e.contains(why), "{kv:?}: '{e}' does not say '{why}'");
     }
 }
+
+#[test]
+fn the_declared_usage_is_r_times_the_cpus_and_passes_the_conflict_check() {
+    use vassal_core::{check_conflict, HierarchyConfig, Usage};
+    let p = P::new(&[("r", ParamValue::Float(0.9))]);
+    assert_eq!(p.s.usage(2), Usage::Reserved { cpu_ppm: 1_800_000 });
+    assert_eq!(check_conflict(&[], p.s.usage(2), 0, 2, &HierarchyConfig::default()), Ok(()));
+    // r = 1 would leave time-sharing nothing: the hierarchy refuses to load it.
+    let p = P::new(&[("r", ParamValue::Int(1))]);
+    let e = check_conflict(&[], p.s.usage(2), 0, 2, &HierarchyConfig::default()).unwrap_err();
+    assert!(e.contains("best-effort"), "{e}");
+    // Only the CPUs it reserves on count.
+    let p = P::new(&[("r", ParamValue::Str("1/2".into())), ("cpus", ParamValue::Int(1))]);
+    assert_eq!(p.s.usage(4), Usage::Reserved { cpu_ppm: 500_000 });
+}

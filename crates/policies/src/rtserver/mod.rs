@@ -181,6 +181,16 @@ impl RtServer {
         self.tasks.get(task.0 as usize).map_or(0, |e| e.debt)
     }
 
+    /// The usage to declare when loading the server (Vassal §8, `vassal_core::usage`): a
+    /// reserved share of r·N CPUs (rounded up to a whole ppm). One reservation may take a
+    /// whole CPU, so a per-CPU hard-time bound of r would be wrong; 1 − r of each CPU is
+    /// left to the default.
+    pub fn usage(&self, ncpus: u16) -> vassal_core::Usage {
+        let n = if self.cfg.cpus == 0 { ncpus } else { self.cfg.cpus.min(ncpus) } as u128;
+        let ppm = (self.cfg.r_num as u128 * n * vassal_core::CPU_PPM as u128).div_ceil(self.cfg.r_den as u128);
+        vassal_core::Usage::Reserved { cpu_ppm: ppm as u64 }
+    }
+
     fn init(&mut self, ctx: &Ctx) {
         if self.broker.is_some() {
             return;
