@@ -28,6 +28,10 @@ use vassal_core::{
 };
 
 use crate::metrics::Metrics;
+use crate::swap::Swapper;
+
+mod swapping;
+use swapping::Kernel;
 use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
 use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
 
@@ -63,6 +67,9 @@ enum Ev {
     SchedEvent(SchedId, u64, u64),
     Interrupt(usize),
     Unscheduled(u16),
+    /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up);
+    /// stale unless the generation is current.
+    Swap(u64),
 }
 
 /// A queued event, ordered by time then by the order it was queued, packed into one
@@ -146,6 +153,10 @@ struct SimTask {
     released: u64,
     irqs: VecDeque<Ns>,
     looping: bool,
+    /// Its current block is a long (terminal) wait, not a short I/O (paper 004 §2).
+    waiting: bool,
+    /// Per script phase: how many times a `times` phase has sent the script back.
+    loops: Vec<u64>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -240,6 +251,11 @@ pub struct Sim {
     trace: Option<Trace>,
     /// Per CPU: the open slice (task, start, decider).
     open: Vec<Option<(usize, Ns, String)>>,
+    /// Main memory and the swap scheduler (scenarios with `[memory]`).
+    swap: Option<Swapper>,
+    swap_gen: u64,
+    /// The paper 004 §5 kernel event counts.
+    kernel: Kernel,
 }
 
 impl Sim {
@@ -276,6 +292,8 @@ impl Sim {
                 released: 0,
                 irqs: VecDeque::new(),
                 looping: false,
+                waiting: false,
+                loops: Vec::new(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -300,6 +318,9 @@ impl Sim {
             checks: false,
             trace: None,
             open: vec![None; n],
+            swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
+            swap_gen: 0,
+            kernel: Kernel::new(sc.tasks.len()),
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -441,7 +462,7 @@ impl Sim {
                 return Err(format!("task {} exit state disagrees ({st:?})", self.sc.tasks[i].name));
             }
         }
-        Ok(())
+        self.swap_check()
     }
 
     // ----- accounting -----
@@ -461,6 +482,10 @@ impl Sim {
         }
         let run_from = from.max(cpu.busy_until);
         cpu.settled = now;
+        if cpu.current.is_none() && now > run_from {
+            self.swap_idle(now - run_from);
+        }
+        let cpu = &mut self.cpus[c];
         if let Some(i) = cpu.current {
             if now > run_from {
                 let ran = now - run_from;
@@ -535,6 +560,7 @@ impl Sim {
             cpu.busy_until = cpu.busy_until.max(now).saturating_add(cost);
             self.metrics.switched_in(i, d.migrated);
         }
+        self.kernel.dispatches += 1;
         let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
         if self.trace.is_some() {
             let by = self.disp.sched_name(d.by).unwrap_or("?").to_string();
@@ -602,6 +628,7 @@ impl Sim {
                     self.send(i, &name, Request::Join);
                 }
                 self.tasks[i].wait = Wait::Timer { voluntary: true };
+                self.swap_start(i);
                 self.resume(i);
             }
             Ev::TaskWake(i, gen) => {
@@ -642,6 +669,7 @@ impl Sim {
                 }
             }
             Ev::Interrupt(k) => self.interrupt(k),
+            Ev::Swap(gen) => self.swap_event(gen),
             Ev::Unscheduled(c) => {
                 let c = c as usize;
                 self.settle(c);
@@ -703,6 +731,7 @@ impl Sim {
             _ => self.disp.lookup(to),
         };
         self.metrics.tasks[i].messages += 1;
+        self.kernel.syscalls += 1;
         let reply = match sched {
             Some(s) => {
                 self.settle_all();
@@ -723,6 +752,7 @@ impl Sim {
     /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
     fn step(&mut self, i: usize) -> Step {
         let now = self.now;
+        self.tasks[i].waiting = false;
         if self.tasks[i].looping {
             let t = &mut self.tasks[i];
             t.remaining = FOREVER;
@@ -830,6 +860,23 @@ impl Sim {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
                 }
+                Phase::Terminal(d) => {
+                    t.waiting = true;
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
+                }
+                &Phase::Times(k) => {
+                    let p = t.phase - 1;
+                    if t.loops.len() <= p {
+                        t.loops.resize(p + 1, 0);
+                    }
+                    t.loops[p] += 1;
+                    if t.loops[p] < k {
+                        t.phase = 0;
+                    } else {
+                        t.loops[p] = 0;
+                    }
+                }
                 Phase::Fault(d) => {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
@@ -929,8 +976,12 @@ impl Sim {
                 self.settle_all();
                 self.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
+                self.swap_ready(i);
             }
-            Step::Block { voluntary, wake_at, .. } => self.arm_wait(i, voluntary, wake_at),
+            Step::Block { voluntary, wake_at, .. } => {
+                self.swap_blocked(i);
+                self.arm_wait(i, voluntary, wake_at)
+            }
             Step::Exit => self.exit(i),
         }
     }
@@ -951,12 +1002,17 @@ impl Sim {
         self.complete(i);
         match self.step(i) {
             Step::Run => self.replan(c),
-            Step::Yield => self.schedule(c, Preempt::Yield),
+            Step::Yield => {
+                self.kernel.syscalls += 1;
+                self.schedule(c, Preempt::Yield)
+            }
             Step::Block { voluntary, wake_at, hand_off } => {
                 // A hand-off target finishes the giver's slice (Go!'s directed yield
                 // donates the rest of the time slice).
                 let inherited = self.cpus[c].slice_end;
                 self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
+                self.kernel.syscalls += u64::from(voluntary);
+                self.swap_blocked(i);
                 self.metrics.blocked(i);
                 self.mark(i, MarkKind::Block);
                 self.cpus[c].current = None;
@@ -979,6 +1035,7 @@ impl Sim {
     }
 
     fn exit(&mut self, i: usize) {
+        self.swap_exit(i);
         self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
         t.wait = Wait::Exited;
@@ -1130,6 +1187,7 @@ impl Sim {
                 interrupts: self.metrics.interrupts,
                 overhead_ns: self.metrics.cpus.iter().map(|c| c.overhead_ns).sum(),
             },
+            kernel: self.kernel_report(),
             log: log.iter().map(|(at, text)| crate::metrics::log_line(*at, text)).collect(),
         }
     }
