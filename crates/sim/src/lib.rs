@@ -10,6 +10,7 @@ pub mod report;
 pub mod repro;
 pub mod scenario;
 pub mod swap;
+pub mod sweep;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
 pub use report::Report;

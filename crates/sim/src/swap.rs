@@ -288,15 +288,16 @@ impl Swapper {
         }
     }
 
-    /// Task `i` exited; its memory is freed. True if that freed any.
+    /// Task `i` exited; its memory is freed (an image being written out is freed when
+    /// its write ends; one waiting to be written is not written). True if that freed any.
     pub fn exit(&mut self, i: usize) -> bool {
-        let m = &mut self.imgs[i];
-        m.state = ProcState::Exited;
-        self.pending.retain(|&p| p != i);
-        if m.moving {
-            // cannot happen (an image in transfer never runs); freed when the transfer ends
+        self.imgs[i].state = ProcState::Exited;
+        if self.current.is_some_and(|(t, _)| t == i) {
             return false;
         }
+        self.pending.retain(|&p| p != i);
+        let m = &mut self.imgs[i];
+        m.moving = false;
         m.loaded = false;
         self.map.release(i)
     }
@@ -367,6 +368,10 @@ impl Swapper {
         self.activity = Activity::Runout;
         let m = &mut self.imgs[t];
         m.moving = false;
+        if incoming && m.state == ProcState::Exited {
+            self.map.release(t);
+            return Some(Done::Out { task: t, next: None });
+        }
         if incoming {
             m.loaded = true;
             m.since = now;
@@ -391,6 +396,13 @@ impl Swapper {
             }
             if !m.loaded && !m.moving && placed {
                 return Err(format!("task {i} is swapped out but holds memory"));
+            }
+            let in_transfer = self.current.is_some_and(|(t, _)| t == i);
+            if m.state == ProcState::Exited && (placed || m.moving) && !in_transfer {
+                return Err(format!("task {i} exited but holds memory"));
+            }
+            if m.moving && !in_transfer && !self.pending.contains(&i) {
+                return Err(format!("task {i} is moving but neither in transfer nor pending"));
             }
         }
         Ok(())
@@ -549,6 +561,27 @@ mod tests {
         assert_eq!(s.run(SEC, None, &[]), Step::In { task: 1, until: SEC + 60 });
         s.finish(SEC + 60);
         assert_eq!(s.run(SEC + 60, None, &[]), Step::Sleep(Activity::Runout));
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn a_task_exiting_while_chosen_for_swap_out_frees_its_memory() {
+        // A swapped-out task's script may end when it wakes (no CPU needed to exit).
+        let mut s = Swapper::new(cfg(SwapIn::Standard, SwapOut::Mouse), &[30, 30, 50]);
+        for i in 0..3 {
+            s.start(i, 0);
+        }
+        s.set_state(0, ProcState::Waiting);
+        s.set_state(1, ProcState::Waiting);
+        assert_eq!(s.run(5 * SEC, None, &[]), Step::Out { tasks: vec![0, 1], until: 5 * SEC + 40 });
+        // 1 exits before its write: freed at once, never written.
+        assert!(s.exit(1));
+        s.check().unwrap();
+        // 0 exits during its write: freed when the write ends.
+        assert!(!s.exit(0));
+        s.check().unwrap();
+        assert_eq!(s.finish(5 * SEC + 40), Some(Done::Out { task: 0, next: None }));
+        assert_eq!(s.map.free(), 100);
         s.check().unwrap();
     }
 

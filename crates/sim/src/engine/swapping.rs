@@ -146,7 +146,8 @@ impl Sim {
         let Some(sw) = &self.swap else { return Ok(()) };
         sw.check()?;
         for (i, t) in self.tasks.iter().enumerate() {
-            let alive = self.disp.state(t.id) != vassal_core::TaskState::Dead;
+            let started = sw.imgs[i].state != ProcState::NotStarted;
+            let alive = started && self.disp.state(t.id) != vassal_core::TaskState::Dead;
             if alive && self.disp.is_loaded(t.id) != sw.loaded(i) {
                 return Err(format!("task {}: dispatcher loaded {} but swapper {}", self.sc.tasks[i].name, self.disp.is_loaded(t.id), sw.loaded(i)));
             }
