@@ -599,7 +599,7 @@ impl Dispatcher {
     /// on makes a new decision when it sleeps, as in V7).
     pub fn set_loaded(&mut self, now: Ns, task: TaskId, loaded: bool) {
         let Some(rec) = self.tasks.recs.get_mut(task.0 as usize) else { return };
-        if rec.state == TaskState::Dead || rec.swapped_out == !loaded {
+        if rec.state == TaskState::Dead || rec.swapped_out != loaded {
             return;
         }
         rec.swapped_out = !loaded;

@@ -323,7 +323,10 @@ fn step_into<'a>(v: &'a mut toml::Value, step: &str) -> Option<&'a mut toml::Val
 
 /// Evaluates an expression: numbers, `+ - * /`, parentheses, and metric references
 /// `METRIC` or `METRIC[VARIANT]`, looked up by `lookup(metric, variant)`.
-pub fn eval(expr: &str, lookup: &dyn Fn(&str, Option<&str>) -> Result<f64, String>) -> Result<f64, String> {
+/// Looks up `METRIC` (second argument None) or `METRIC[VARIANT]`.
+pub type Lookup<'a> = dyn Fn(&str, Option<&str>) -> Result<f64, String> + 'a;
+
+pub fn eval(expr: &str, lookup: &Lookup) -> Result<f64, String> {
     let mut p = Parser { s: expr.as_bytes(), i: 0, lookup };
     let v = p.expr()?;
     p.ws();
@@ -336,7 +339,7 @@ pub fn eval(expr: &str, lookup: &dyn Fn(&str, Option<&str>) -> Result<f64, Strin
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
-    lookup: &'a dyn Fn(&str, Option<&str>) -> Result<f64, String>,
+    lookup: &'a Lookup<'a>,
 }
 
 impl Parser<'_> {
