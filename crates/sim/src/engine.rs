@@ -1,6 +1,7 @@
 //! The discrete-event engine: virtual time, N CPUs, a clock model (periodic tick or
 //! one-shot timers), context-switch and migration costs, unscheduled time, interrupt
-//! sources delivered to handler tasks (Go! §4), hand-off on block, and task behaviours.
+//! sources delivered to handler tasks (Go! §4), hand-off on block, task behaviours, and
+//! main memory with a swap scheduler (paper 004; the hooks are in `engine/swapping.rs`).
 //!
 //! Time is integer ns. Events at equal times run in the order they were queued (a
 //! sequence number breaks ties), every random draw comes from a ChaCha RNG seeded from
@@ -28,12 +29,12 @@ use vassal_core::{
 };
 
 use crate::metrics::Metrics;
+use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
+use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
 use crate::swap::Swapper;
 
 mod swapping;
 use swapping::Kernel;
-use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
-use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
 
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
