@@ -178,3 +178,59 @@ fn the_unix_experiments_keep_the_invariants() {
         }
     }
 }
+
+/// Random scenarios with memory — every policy kind that runs best-effort tasks, both
+/// placements and all four strategy pairs, two CPUs sometimes, tasks that run, sleep,
+/// wait on the terminal, yield, exit early — run with the invariants checked after every
+/// event (the swapper's map agrees with the dispatcher, no swapped-out task runs, no
+/// exited task holds memory).
+#[test]
+fn random_scenarios_with_memory_keep_the_invariants() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2024);
+    let policies = ["fb", "unix", "rr", "bvt", "linux22", "wrr"];
+    let mut swapped = 0;
+    for case in 0..150 {
+        let policy = policies[case % policies.len()];
+        let mem = rng.gen_range(40..200);
+        let cpus = if rng.gen_bool(0.3) { 2 } else { 1 };
+        let placement = if rng.gen_bool(0.5) { "first_fit" } else { "best_fit" };
+        let swap_in = if rng.gen_bool(0.5) { "standard" } else { "priority" };
+        let swap_out = if rng.gen_bool(0.5) { "standard" } else { "mouse" };
+        let mut text = format!(
+            "until = \"30s\"\nseed = {case}\n[machine]\ncpus = {cpus}\n[default]\npolicy = \"{policy}\"\n[memory]\nsize_kb = {mem}\nplacement = \"{placement}\"\nswap_seek = \"{}ms\"\nswap_transfer = \"{}us\"\nswap_cpu = \"{}us\"\nmin_resident = \"{}ms\"\nswap_in = \"{swap_in}\"\nswap_out = \"{swap_out}\"\n",
+            rng.gen_range(0..50),
+            rng.gen_range(0..3000),
+            rng.gen_range(0..2000),
+            rng.gen_range(0..3000),
+        );
+        for t in 0..rng.gen_range(1..12) {
+            let size = rng.gen_range(1..=mem);
+            let mut phases = vec![format!("{{ run = \"{}ms\" }}", rng.gen_range(1..50))];
+            for _ in 0..rng.gen_range(0..5) {
+                phases.push(match rng.gen_range(0..5) {
+                    0 | 1 => format!("{{ run = {{ exp = \"{}ms\" }} }}", rng.gen_range(1..200)),
+                    2 => format!("{{ sleep = {{ uniform = [\"1ms\", \"{}ms\"] }} }}", rng.gen_range(2..300)),
+                    3 => format!("{{ terminal = \"{}ms\" }}", rng.gen_range(1..3000)),
+                    _ => "{ yield = true }".to_string(),
+                });
+            }
+            phases.push(format!("{{ times = {} }}", rng.gen_range(1..50)));
+            let repeat = rng.gen_bool(0.5);
+            text += &format!(
+                "[[task]]\nname = \"t{t}\"\nstart = \"{}ms\"\nsize_kb = {size}\nparams = {{ base = {} }}\nbehaviour = {{ kind = \"script\", repeat = {repeat}, phases = [{}] }}\n",
+                rng.gen_range(0..5000),
+                rng.gen_range(0..20),
+                phases.join(", ")
+            );
+        }
+        let sc = parse_scenario(&text, "random.toml").unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+        let mut sim = Sim::new(sc).unwrap();
+        sim.set_checks(true);
+        let r = sim.run().unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+        let k = &r.kernel;
+        assert!(k.swap_ins <= k.swap_outs + r.tasks.len() as u64, "case {case}: {k:?}");
+        swapped += (k.swap_outs > 0) as u32;
+    }
+    assert!(swapped > 50, "only {swapped} of 150 cases swapped");
+}
