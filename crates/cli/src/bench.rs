@@ -70,6 +70,7 @@ pub fn thousand_tasks(until: u64) -> Scenario {
         schedulers: vec![],
         tasks,
         interrupts: vec![],
+        memory: None,
         until,
         seed: 1,
     }

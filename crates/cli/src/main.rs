@@ -46,6 +46,14 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Run every variant of a sweep experiment (an experiment file with [[axis]], see
+    /// docs/repro.md) and print its [[show]] tables.
+    Sweep {
+        file: PathBuf,
+        /// Print this variant's scenario (TOML) instead, e.g. "v7/18" (run it with `vassal sim`).
+        #[arg(long)]
+        variant: Option<String>,
+    },
     /// Measure simulator throughput and the cost of one scheduling decision.
     Bench {
         #[arg(long)]
@@ -123,6 +131,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Repro { names, json, dir } => repro(&names, json, dir),
+        Cmd::Sweep { file, variant } => {
+            let sweep = vassal_sim::sweep::load(&file).map_err(anyhow::Error::msg)?;
+            if let Some(name) = variant {
+                print!("{}", sweep.variant_text(&name).map_err(anyhow::Error::msg)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let reports = sweep.run().map_err(anyhow::Error::msg)?;
+            print!("{}", sweep.tables(&reports).map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Bench { json, quick } => {
             let b = bench::run(quick)?;
             if json {

@@ -31,7 +31,7 @@
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
     AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply, Request,
-    PolicyLog, Sender, TaskParams, TaskState, TaskView, Wake,
+    PolicyLog, Sender, SwapAdvice, TaskParams, TaskState, TaskView, Wake,
 };
 use crate::time::Ns;
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
@@ -121,6 +121,8 @@ struct TaskRec {
     parent: Option<TaskId>,
     /// While it runs: the scheduler whose decision (or hand-off, its owner) started it.
     ran_by: Option<SchedId>,
+    /// Its image is swapped out (paper 004 §2): runnable but allowed on no CPU.
+    swapped_out: bool,
 }
 
 struct Tasks {
@@ -133,7 +135,8 @@ impl TaskView for Tasks {
         self.recs.get(task.0 as usize).map_or(TaskState::Dead, |r| r.state)
     }
     fn affinity(&self, task: TaskId) -> CpuSet {
-        self.recs.get(task.0 as usize).map_or(CpuSet::NONE, |r| r.affinity)
+        // A swapped-out task may run nowhere until it is loaded again.
+        self.recs.get(task.0 as usize).filter(|r| !r.swapped_out).map_or(CpuSet::NONE, |r| r.affinity)
     }
     fn owner(&self, task: TaskId) -> Option<SchedId> {
         self.recs.get(task.0 as usize).filter(|r| r.state != TaskState::Dead).map(|r| r.owner)
@@ -487,6 +490,7 @@ impl Dispatcher {
             params,
             parent,
             ran_by: None,
+            swapped_out: false,
         });
         let default = self.scheds.len() - 1;
         if let Err(why) = self.attach(default, task, now, false) {
@@ -534,7 +538,7 @@ impl Dispatcher {
     /// decider is lowest in the hierarchy is asked (the last CPU first on a tie).
     fn kick_cpu(&mut self, now: Ns, task: TaskId) {
         let rec = &self.tasks.recs[task.0 as usize];
-        let free = |c: CpuId| rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now);
+        let free = |c: CpuId| !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now);
         let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
         let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
         if cpu.is_none() {
@@ -584,6 +588,47 @@ impl Dispatcher {
         self.notify(task, now, |p, ctx| p.on_block(ctx, task, block));
         self.apply_exclusive(now);
         cpu
+    }
+
+    /// Memory scheduling (paper 004 §2): `task`'s image is swapped out (`loaded` false) or
+    /// in memory again. A swapped-out task stays runnable as far as its scheduler knows,
+    /// but it is allowed on no CPU (`TaskView::affinity` is empty, a decision for it is
+    /// refused as `NotAllowed`). Swapping out a running task asks its CPU for a new
+    /// decision; loading a runnable one offers it an idle CPU (it preempts nobody: a
+    /// swapping mechanism runs its swap scheduler as the best process, so the CPU it ran
+    /// on makes a new decision when it sleeps, as in V7).
+    pub fn set_loaded(&mut self, now: Ns, task: TaskId, loaded: bool) {
+        let Some(rec) = self.tasks.recs.get_mut(task.0 as usize) else { return };
+        if rec.state == TaskState::Dead || rec.swapped_out != loaded {
+            return;
+        }
+        rec.swapped_out = !loaded;
+        match rec.state {
+            TaskState::Running(cpu) if !loaded => self.effects.push(Effect::Resched(cpu)),
+            TaskState::Runnable if loaded => self.kick_cpu(now, task),
+            _ => {}
+        }
+    }
+
+    /// Whether `task`'s image is in memory (see [`Dispatcher::set_loaded`]).
+    pub fn is_loaded(&self, task: TaskId) -> bool {
+        self.tasks.recs.get(task.0 as usize).is_some_and(|r| !r.swapped_out)
+    }
+
+    /// The schedulers' [`Policy::swap_advice`], top-down: the ready orders concatenated
+    /// (a task listed by a higher scheduler keeps that place), the resident sets joined.
+    /// None when no scheduler keeps a ready order.
+    pub fn swap_advice(&self) -> Option<SwapAdvice> {
+        let mut out: Option<SwapAdvice> = None;
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &self.scheds {
+            if let Some(a) = s.policy.swap_advice() {
+                let o = out.get_or_insert_with(SwapAdvice::default);
+                o.ready.extend(a.ready.into_iter().filter(|t| seen.insert(*t)));
+                o.resident.extend(a.resident);
+            }
+        }
+        out
     }
 
     /// Accounting: `task` ran `ran` ns on `cpu`.
@@ -701,7 +746,7 @@ impl Dispatcher {
             TaskState::Running(c) => return Err(Refusal::RunningElsewhere(c)),
             TaskState::Runnable => {}
         }
-        if !rec.affinity.contains(cpu) {
+        if !rec.affinity.contains(cpu) || rec.swapped_out {
             return Err(Refusal::NotAllowed);
         }
         if d.slice == Some(0) {
@@ -778,7 +823,7 @@ impl Dispatcher {
             TaskState::Running(c) => return Err(Refusal::RunningElsewhere(c)),
             TaskState::Runnable => {}
         }
-        if !rec.affinity.contains(cpu) {
+        if !rec.affinity.contains(cpu) || rec.swapped_out {
             return Err(Refusal::NotAllowed);
         }
         if self.tasks.cpus[cpu.0 as usize].is_some() {

@@ -365,9 +365,28 @@ pub trait Policy: Send {
     /// Which task should run on `cpu` next, and for how long — or `None`, no opinion.
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision>;
     fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, _decision: Decision, _why: Refusal) {}
+    /// Memory scheduling (paper 004 §4.2, priority swap-in): the tasks this policy holds
+    /// ready — runnable and not running, *including those whose images are swapped out*
+    /// (which it cannot dispatch: a swapped-out task is allowed on no CPU) — in its ready
+    /// order, best first, and the tasks that must never be swapped out (e.g. FB's
+    /// real-time levels, §4.1). Asked by a swapping mechanism whenever its swap
+    /// scheduler decides; `None` (the default): the policy keeps no such order, and the
+    /// mechanism swaps in by its standard rule.
+    fn swap_advice(&self) -> Option<SwapAdvice> {
+        None
+    }
     /// Moves the policy's debugging log entries (e.g. BVT's warp-limit events, end of
     /// §2.2) into `out`. The mechanism shows them in its report.
     fn drain_log(&mut self, _out: &mut Vec<PolicyLog>) {}
+}
+
+/// A policy's answer to [`Policy::swap_advice`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SwapAdvice {
+    /// Ready tasks, best first (the CPU scheduler's ready list).
+    pub ready: Vec<TaskId>,
+    /// Tasks that must stay in memory.
+    pub resident: Vec<TaskId>,
 }
 
 /// One entry of a policy's debugging log.

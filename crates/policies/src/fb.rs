@@ -11,8 +11,8 @@
 //!   first (the ready list is ordered by level, FIFO within a level).
 //! - levels 16–31 are real time (§4.1): such a task runs until it blocks or a task of a
 //!   higher level preempts it — no quantum, no level changes, no boost (it stays at its
-//!   base level). (The paper's real-time tasks are also never swapped out; the swap model
-//!   is not part of this policy.)
+//!   base level). The paper's real-time tasks are also never swapped out: `swap_advice`
+//!   lists them as resident for a swapping mechanism (vassal-sim's swap scheduler).
 //! - levels 0–15 are time-sharing (§4.1). Each level has a quantum, longer at the lower
 //!   levels: quantum(l) = `quantum` + (15 − l) · `quantum_step` (policy parameters, default
 //!   50 ms and 25 ms: 50 ms at level 15, 225 ms at level 8, 425 ms at level 0 — our choice,
@@ -53,8 +53,8 @@
 use std::cmp::Reverse;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
+    TaskId, Wake, MS,
 };
 
 use crate::params::Params;
@@ -372,5 +372,13 @@ impl Policy for Fb {
         if let Some(t) = self.rq.refused(cpu, task, why) {
             self.rq.enqueue(task, t.key(), None);
         }
+    }
+
+    /// §4.2: the ready list, highest level first (swapped-out tasks stay in it; `pick`
+    /// skips them, "the first loaded process in the list"), and §4.1: tasks at real-time
+    /// levels are never swapped out.
+    fn swap_advice(&self) -> Option<SwapAdvice> {
+        let resident = self.rq.ids().filter(|&id| self.rq.get(id).is_some_and(|t| t.level >= RT_MIN)).collect();
+        Some(SwapAdvice { ready: self.rq.ready_ids(), resident })
     }
 }

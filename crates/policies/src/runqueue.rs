@@ -158,6 +158,11 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
         self.tasks.iter_mut().flatten()
     }
 
+    /// Every task this policy holds, in id order.
+    pub fn ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.iter().enumerate().filter(|(_, t)| t.is_some()).map(|(i, _)| TaskId(i as u32))
+    }
+
     /// The number of queued tasks.
     pub fn queued(&self) -> usize {
         self.ready.len()

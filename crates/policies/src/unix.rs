@@ -82,8 +82,8 @@
 //! process"). Decisions use no floating point.
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
+    TaskId, Wake,
 };
 
 use crate::params::Params;
@@ -606,6 +606,15 @@ impl Policy for Unix {
         let id = self.first_allowed(ctx, cpu, None)?;
         self.rq.pick(id, cpu);
         Some(Decision::run_until_block(id))
+    }
+
+    /// Paper 004 §3 notes the standard swap-in decision ignores the CPU priority; the
+    /// ready order (best priority first, swapped-out tasks included — `pick` skips them
+    /// as `swtch` looks for "the loaded, ready process with the best priority") is given
+    /// so that a priority swap-in strategy can be paired with this scheduler too. No
+    /// task is pinned in memory.
+    fn swap_advice(&self) -> Option<SwapAdvice> {
+        Some(SwapAdvice { ready: self.ready(), resident: Vec::new() })
     }
 
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {

@@ -1,6 +1,7 @@
 //! The discrete-event engine: virtual time, N CPUs, a clock model (periodic tick or
 //! one-shot timers), context-switch and migration costs, unscheduled time, interrupt
-//! sources delivered to handler tasks (Go! §4), hand-off on block, and task behaviours.
+//! sources delivered to handler tasks (Go! §4), hand-off on block, task behaviours, and
+//! main memory with a swap scheduler (paper 004; the hooks are in `engine/swapping.rs`).
 //!
 //! Time is integer ns. Events at equal times run in the order they were queued (a
 //! sequence number breaks ties), every random draw comes from a ChaCha RNG seeded from
@@ -30,6 +31,10 @@ use vassal_core::{
 use crate::metrics::Metrics;
 use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
 use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
+use crate::swap::Swapper;
+
+mod swapping;
+use swapping::Kernel;
 
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
@@ -63,6 +68,9 @@ enum Ev {
     SchedEvent(SchedId, u64, u64),
     Interrupt(usize),
     Unscheduled(u16),
+    /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up);
+    /// stale unless the generation is current.
+    Swap(u64),
 }
 
 /// A queued event, ordered by time then by the order it was queued, packed into one
@@ -146,6 +154,10 @@ struct SimTask {
     released: u64,
     irqs: VecDeque<Ns>,
     looping: bool,
+    /// Its current block is a long (terminal) wait, not a short I/O (paper 004 §2).
+    waiting: bool,
+    /// Per script phase: how many times a `times` phase has sent the script back.
+    loops: Vec<u64>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -240,6 +252,11 @@ pub struct Sim {
     trace: Option<Trace>,
     /// Per CPU: the open slice (task, start, decider).
     open: Vec<Option<(usize, Ns, String)>>,
+    /// Main memory and the swap scheduler (scenarios with `[memory]`).
+    swap: Option<Swapper>,
+    swap_gen: u64,
+    /// The paper 004 §5 kernel event counts.
+    kernel: Kernel,
 }
 
 impl Sim {
@@ -276,6 +293,8 @@ impl Sim {
                 released: 0,
                 irqs: VecDeque::new(),
                 looping: false,
+                waiting: false,
+                loops: Vec::new(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -300,6 +319,9 @@ impl Sim {
             checks: false,
             trace: None,
             open: vec![None; n],
+            swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
+            swap_gen: 0,
+            kernel: Kernel::new(sc.tasks.len()),
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -441,7 +463,7 @@ impl Sim {
                 return Err(format!("task {} exit state disagrees ({st:?})", self.sc.tasks[i].name));
             }
         }
-        Ok(())
+        self.swap_check()
     }
 
     // ----- accounting -----
@@ -461,6 +483,10 @@ impl Sim {
         }
         let run_from = from.max(cpu.busy_until);
         cpu.settled = now;
+        if cpu.current.is_none() && now > run_from {
+            self.swap_idle(now - run_from);
+        }
+        let cpu = &mut self.cpus[c];
         if let Some(i) = cpu.current {
             if now > run_from {
                 let ran = now - run_from;
@@ -535,6 +561,7 @@ impl Sim {
             cpu.busy_until = cpu.busy_until.max(now).saturating_add(cost);
             self.metrics.switched_in(i, d.migrated);
         }
+        self.kernel.dispatches += 1;
         let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
         if self.trace.is_some() {
             let by = self.disp.sched_name(d.by).unwrap_or("?").to_string();
@@ -602,6 +629,7 @@ impl Sim {
                     self.send(i, &name, Request::Join);
                 }
                 self.tasks[i].wait = Wait::Timer { voluntary: true };
+                self.swap_start(i);
                 self.resume(i);
             }
             Ev::TaskWake(i, gen) => {
@@ -642,6 +670,7 @@ impl Sim {
                 }
             }
             Ev::Interrupt(k) => self.interrupt(k),
+            Ev::Swap(gen) => self.swap_event(gen),
             Ev::Unscheduled(c) => {
                 let c = c as usize;
                 self.settle(c);
@@ -703,6 +732,7 @@ impl Sim {
             _ => self.disp.lookup(to),
         };
         self.metrics.tasks[i].messages += 1;
+        self.kernel.syscalls += 1;
         let reply = match sched {
             Some(s) => {
                 self.settle_all();
@@ -723,6 +753,7 @@ impl Sim {
     /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
     fn step(&mut self, i: usize) -> Step {
         let now = self.now;
+        self.tasks[i].waiting = false;
         if self.tasks[i].looping {
             let t = &mut self.tasks[i];
             t.remaining = FOREVER;
@@ -830,6 +861,23 @@ impl Sim {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
                 }
+                Phase::Terminal(d) => {
+                    t.waiting = true;
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
+                }
+                &Phase::Times(k) => {
+                    let p = t.phase - 1;
+                    if t.loops.len() <= p {
+                        t.loops.resize(p + 1, 0);
+                    }
+                    t.loops[p] += 1;
+                    if t.loops[p] < k {
+                        t.phase = 0;
+                    } else {
+                        t.loops[p] = 0;
+                    }
+                }
                 Phase::Fault(d) => {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
@@ -929,8 +977,12 @@ impl Sim {
                 self.settle_all();
                 self.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
+                self.swap_ready(i);
             }
-            Step::Block { voluntary, wake_at, .. } => self.arm_wait(i, voluntary, wake_at),
+            Step::Block { voluntary, wake_at, .. } => {
+                self.swap_blocked(i);
+                self.arm_wait(i, voluntary, wake_at)
+            }
             Step::Exit => self.exit(i),
         }
     }
@@ -951,12 +1003,17 @@ impl Sim {
         self.complete(i);
         match self.step(i) {
             Step::Run => self.replan(c),
-            Step::Yield => self.schedule(c, Preempt::Yield),
+            Step::Yield => {
+                self.kernel.syscalls += 1;
+                self.schedule(c, Preempt::Yield)
+            }
             Step::Block { voluntary, wake_at, hand_off } => {
                 // A hand-off target finishes the giver's slice (Go!'s directed yield
                 // donates the rest of the time slice).
                 let inherited = self.cpus[c].slice_end;
                 self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
+                self.kernel.syscalls += u64::from(voluntary);
+                self.swap_blocked(i);
                 self.metrics.blocked(i);
                 self.mark(i, MarkKind::Block);
                 self.cpus[c].current = None;
@@ -979,6 +1036,7 @@ impl Sim {
     }
 
     fn exit(&mut self, i: usize) {
+        self.swap_exit(i);
         self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
         t.wait = Wait::Exited;
@@ -1130,6 +1188,7 @@ impl Sim {
                 interrupts: self.metrics.interrupts,
                 overhead_ns: self.metrics.cpus.iter().map(|c| c.overhead_ns).sum(),
             },
+            kernel: self.kernel_report(),
             log: log.iter().map(|(at, text)| crate::metrics::log_line(*at, text)).collect(),
         }
     }

@@ -3,12 +3,15 @@
 
 pub mod chrome_trace;
 pub mod engine;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod repro;
 pub mod rtserver_repro;
 pub mod scenario;
+pub mod swap;
+pub mod sweep;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
 pub use report::Report;

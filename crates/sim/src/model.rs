@@ -93,6 +93,13 @@ pub enum Phase {
     Leave,
     /// Go!'s block(hand_off): sleep for the duration and hand the CPU to the named task.
     HandOff { to: String, sleep: Dist },
+    /// A long wait (paper 004 §2: "blocked for a long I/O operation (for example, writing
+    /// to an interactive terminal) is said to be waiting"), voluntary, of this length.
+    /// Every other block is a short one ("sleeping") to the swap scheduler.
+    Terminal(Dist),
+    /// The phases before this one run this many times in all (≥ 1), then the script goes
+    /// on with the next phase.
+    Times(u64),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -160,7 +167,18 @@ pub struct Scenario {
     pub schedulers: Vec<SchedulerSpec>,
     pub tasks: Vec<TaskSpec>,
     pub interrupts: Vec<InterruptSpec>,
+    /// Main memory and swapping (paper 004 §2); None: every image always in memory.
+    pub memory: Option<Memory>,
     /// Simulated horizon.
     pub until: Ns,
     pub seed: u64,
+}
+
+/// Main memory, the swap device and the swap scheduler's strategies, with each task's
+/// image size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Memory {
+    pub config: crate::swap::MemoryConfig,
+    /// Task i's image, KB (≥ 1, at most the memory size).
+    pub sizes: Vec<u64>,
 }

@@ -67,6 +67,39 @@ pub struct Totals {
     pub overhead_ns: Ns,
 }
 
+/// The kernel events paper 004 §5 counts: dispatches, system calls, swap-ins and
+/// swap-outs, and the CPU time lost because every ready process was swapped out.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KernelReport {
+    /// Decisions that gave a CPU a task, plus each run of the swap scheduler.
+    pub dispatches: u64,
+    /// Voluntary blocks (I/O, terminal and timer waits), yields, messages and exits.
+    pub syscalls: u64,
+    pub swap_ins: u64,
+    pub swap_outs: u64,
+    /// Runs of the swap scheduler.
+    pub swapper_runs: u64,
+    /// CPU idle while a ready task was swapped out.
+    pub swap_idle_ns: Ns,
+    /// CPU time of all tasks (user mode).
+    pub user_ns: Ns,
+    /// When the last task to exit exited (None: none exited).
+    pub last_exit_ns: Option<Ns>,
+    /// user_ns over the run up to the last exit (the whole run if none exited), per CPU.
+    pub user_util: f64,
+    /// Per task (scenarios with `[memory]`): image size and swaps.
+    pub images: Vec<ImageReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ImageReport {
+    pub name: String,
+    pub size_kb: u64,
+    pub swap_ins: u64,
+    pub swap_outs: u64,
+    pub exit_ns: Option<Ns>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub scenario: String,
@@ -76,6 +109,7 @@ pub struct Report {
     pub cpus: Vec<CpuReport>,
     pub schedulers: Vec<SchedReport>,
     pub totals: Totals,
+    pub kernel: KernelReport,
     pub log: Vec<String>,
 }
 
@@ -135,6 +169,26 @@ impl Report {
             "\ntotals: {} events, {} decisions ({} idle, {} refused), {} picks, {} hand-offs, {} switches, {} migrations, {} interrupts, {} ms overhead",
             t.events, t.decisions, t.idle_decisions, t.refused_decisions, t.picks, t.hand_offs, t.switches, t.migrations, t.interrupts, ms(t.overhead_ns)
         );
+        let k = &self.kernel;
+        let _ = writeln!(
+            o,
+            "kernel: {} dispatches, {} system calls, {} swap-ins, {} swap-outs, {} swap-scheduler runs, {} ms idle with a ready process swapped out, user-mode CPU {:.2}%{}",
+            k.dispatches,
+            k.syscalls,
+            k.swap_ins,
+            k.swap_outs,
+            k.swapper_runs,
+            ms(k.swap_idle_ns),
+            k.user_util * 100.0,
+            k.last_exit_ns.map_or(String::new(), |e| format!(" (to the last exit at {} ms)", ms(e)))
+        );
+        if !k.images.is_empty() {
+            let _ = writeln!(o, "\n{:<16} {:>8} {:>9} {:>9} {:>12}", "image", "size KB", "swap-ins", "swap-outs", "exit ms");
+            for m in &k.images {
+                let exit = m.exit_ns.map_or("-".to_string(), ms);
+                let _ = writeln!(o, "{:<16} {:>8} {:>9} {:>9} {:>12}", m.name, m.size_kb, m.swap_ins, m.swap_outs, exit);
+            }
+        }
         if !self.log.is_empty() {
             let _ = writeln!(o, "\nlog");
             for l in &self.log {

@@ -153,6 +153,8 @@ fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {
 ///   starts with PREFIX (AGG: min, max, sum, mean, spread)
 /// - `cpu.N.utilisation`, `cpus.utilisation.AGG`
 /// - `totals.FIELD` (events, decisions, switches, migrations, refused_decisions, overhead_ms)
+/// - `kernel.FIELD` (paper 004's counts: dispatches, syscalls, swap_ins, swap_outs,
+///   swapper_runs, swap_idle_s, user_util, last_exit_s) and `kernel.exit_s.TASK`
 pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
     let parts: Vec<&str> = path.split('.').collect();
     let r = match parts.as_slice() {
@@ -190,7 +192,25 @@ pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
                 _ => return Err(format!("unknown totals field '{field}'")),
             })
         }
-        _ => Err("expected task.NAME.FIELD, tasks.FIELD.AGG, group.PREFIX.FIELD.AGG, cpu.N.utilisation, cpus.utilisation.AGG or totals.FIELD".into()),
+        ["kernel", "exit_s", name] => {
+            let m = report.kernel.images.iter().find(|m| m.name == *name).ok_or_else(|| format!("no image named '{name}'"))?;
+            m.exit_ns.map(|e| e as f64 / 1e9).ok_or_else(|| format!("task '{name}' did not exit"))
+        }
+        ["kernel", field] => {
+            let k = &report.kernel;
+            Ok(match *field {
+                "dispatches" => k.dispatches as f64,
+                "syscalls" => k.syscalls as f64,
+                "swap_ins" => k.swap_ins as f64,
+                "swap_outs" => k.swap_outs as f64,
+                "swapper_runs" => k.swapper_runs as f64,
+                "swap_idle_s" => k.swap_idle_ns as f64 / 1e9,
+                "user_util" => k.user_util,
+                "last_exit_s" => k.last_exit_ns.ok_or("no task exited")? as f64 / 1e9,
+                _ => return Err(format!("unknown kernel field '{field}'")),
+            })
+        }
+        _ => Err("expected task.NAME.FIELD, tasks.FIELD.AGG, group.PREFIX.FIELD.AGG, cpu.N.utilisation, cpus.utilisation.AGG, totals.FIELD, kernel.FIELD or kernel.exit_s.TASK".into()),
     };
     r.map_err(|e| format!("metric '{path}': {e}"))
 }
@@ -353,6 +373,19 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
                     format!("{}: expect '{}': {kind} computes no '{}' (it has: {})", path.display(), e.id, e.metric,
                         values.keys().cloned().collect::<Vec<_>>().join(", "))
                 })
+            })
+            .collect();
+    }
+    if crate::sweep::is_sweep(&table) {
+        let sweep = crate::sweep::Sweep::from_table(&path.display().to_string(), &table)?;
+        let reports = sweep.run()?;
+        return expects
+            .iter()
+            .map(|e| {
+                sweep
+                    .eval(&e.metric, &reports)
+                    .map(|ours| e.judge(ours))
+                .map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
             })
             .collect();
     }

@@ -25,10 +25,12 @@ use toml::Spanned;
 use vassal_core::{parse_duration, CpuId, CpuSet, Ns, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS};
 use vassal_policies::ParamValue;
 
+use crate::memory::Placement;
 use crate::model::{
-    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec,
-    Unscheduled,
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec,
+    TaskSpec, Unscheduled,
 };
+use crate::swap::{MemoryConfig, SwapIn, SwapOut};
 
 /// The most replicas one `[[task]]` may ask for with `count`.
 pub const MAX_COUNT: i64 = 10_000;
@@ -148,6 +150,7 @@ const WORDING: &[(&str, &str)] = &[
     ("struct RawDefault", "a table of default-scheduler keys (name, policy, params)"),
     ("struct RawScheduler", "a [[scheduler]] table"),
     ("struct RawTask", "a [[task]] table"),
+    ("struct RawMemory", "a table of memory keys (size_kb, swap_seek, swap_transfer, ...)"),
     ("struct RawInterrupt", "an [[interrupt]] table"),
     ("struct RawBehaviour", "a behaviour table such as { kind = \"cpu\" }"),
     ("struct RawPhase", "a phase table such as { run = \"1ms\" }"),
@@ -427,9 +430,17 @@ struct RawScenario {
     task: Vec<RawTask>,
     #[serde(default)]
     interrupt: Vec<RawInterrupt>,
+    memory: Option<Spanned<RawMemory>>,
     /// Result rows of an experiment file; read and checked by `repro`, not by the simulator.
     #[serde(default, rename = "expect")]
     _expect: Option<toml::Value>,
+    /// The variants and tables of a sweep experiment; read by `repro` and `sweep`.
+    #[serde(default, rename = "axis")]
+    _axis: Option<toml::Value>,
+    #[serde(default, rename = "show")]
+    _show: Option<toml::Value>,
+    #[serde(default, rename = "seeds")]
+    _seeds: Option<toml::Value>,
 }
 
 /// `"oneshot"` or `"tick"`.
@@ -466,6 +477,50 @@ struct RawMachine {
     migration_cost: Option<Dur>,
     min_best_effort: Option<Spanned<Finite>>,
     unscheduled: Option<RawUnscheduled>,
+}
+
+/// `[memory]` (paper 004 §2): sizes in KB.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemory {
+    size_kb: Spanned<i64>,
+    placement: Option<Spanned<String>>,
+    swap_seek: Dur,
+    swap_transfer: Dur,
+    swap_cpu: Option<Dur>,
+    min_resident: Option<Dur>,
+    swap_in: Option<Spanned<String>>,
+    swap_out: Option<Spanned<String>>,
+}
+
+/// A task's image size in KB: one integer, or a list the copies of a `count` group take
+/// in turn.
+struct SizeV(Vec<i64>);
+
+impl<'de> Deserialize<'de> for SizeV {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SizeV;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an image size in KB (an integer such as 40) or an array of them")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SizeV, E> {
+                Ok(SizeV(vec![v]))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SizeV, E> {
+                Ok(SizeV(vec![v.min(i64::MAX as u64) as i64]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SizeV, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element::<i64>()? {
+                    out.push(v);
+                }
+                Ok(SizeV(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize)]
@@ -513,6 +568,7 @@ struct RawTask {
     uid: Option<u32>,
     params: Option<BTreeMap<String, TaskParam>>,
     loop_at: Option<Dur>,
+    size_kb: Option<Spanned<SizeV>>,
     #[serde(alias = "behavior")]
     behaviour: Spanned<RawBehaviour>,
 }
@@ -551,6 +607,8 @@ struct RawPhase {
     join: Option<Spanned<String>>,
     leave: Option<Spanned<bool>>,
     hand_off: Option<Spanned<RawHandOff>>,
+    terminal: Option<Spanned<DistV>>,
+    times: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -830,6 +888,7 @@ impl Builder<'_> {
             }
         }
 
+        let memory = self.memory(&raw, &tasks)?;
         Ok(Scenario {
             name,
             machine,
@@ -838,9 +897,87 @@ impl Builder<'_> {
             schedulers,
             tasks,
             interrupts,
+            memory,
             until,
             seed: raw.seed.unwrap_or(1),
         })
+    }
+
+    /// `[memory]` and the tasks' `size_kb` (docs/scenario.md, "[memory]").
+    fn memory(&self, raw: &RawScenario, tasks: &[TaskSpec]) -> R<Option<Memory>> {
+        let Some(m) = &raw.memory else {
+            if let Some(t) = raw.task.iter().find(|t| t.size_kb.is_some()) {
+                let span = t.size_kb.as_ref().map_or(t.name.span(), |s| s.span());
+                return Err(self.err(span, "size_kb needs a [memory] section (main memory and the swap device)"));
+            }
+            return Ok(None);
+        };
+        let mr = m.get_ref();
+        let size_kb = *mr.size_kb.get_ref();
+        if size_kb < 1 {
+            return Err(self.err(mr.size_kb.span(), format!("memory size_kb must be at least 1, found {size_kb}")));
+        }
+        let size_kb = size_kb as u64;
+        let choice = |v: &Option<Spanned<String>>, key: &str, opts: &[&str]| -> R<String> {
+            match v {
+                None => Ok(opts[0].to_string()),
+                Some(s) if opts.contains(&s.get_ref().as_str()) => Ok(s.get_ref().clone()),
+                Some(s) => Err(self.err(
+                    s.span(),
+                    format!(
+                        "unknown {key} '{}'; expected one of {}",
+                        s.get_ref(),
+                        opts.iter().map(|o| format!("\"{o}\"")).collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+            }
+        };
+        let placement = Placement::parse(&choice(&mr.placement, "placement", &["first_fit", "best_fit"])?)
+            .unwrap_or(Placement::FirstFit);
+        let swap_in = if choice(&mr.swap_in, "swap_in", &["standard", "priority"])? == "priority" {
+            SwapIn::Priority
+        } else {
+            SwapIn::Standard
+        };
+        let swap_out = if choice(&mr.swap_out, "swap_out", &["standard", "mouse"])? == "mouse" {
+            SwapOut::Mouse
+        } else {
+            SwapOut::Standard
+        };
+        let config = MemoryConfig {
+            size_kb,
+            placement,
+            seek: mr.swap_seek.0,
+            transfer_per_kb: mr.swap_transfer.0,
+            swap_cpu: mr.swap_cpu.map_or(0, |d| d.0),
+            min_resident: mr.min_resident.map_or(2 * vassal_core::SEC, |d| d.0),
+            swap_in,
+            swap_out,
+        };
+        // Sizes, task by task in file order (a count group's copies are consecutive).
+        let mut sizes = Vec::with_capacity(tasks.len());
+        for t in &raw.task {
+            let copies = t.count.as_ref().map_or(1, |c| *c.get_ref()) as usize;
+            let Some(sv) = &t.size_kb else {
+                return Err(self.err(
+                    t.name.span(),
+                    format!("task '{}' needs size_kb (its image size in KB) when there is a [memory] section", t.name.get_ref()),
+                ));
+            };
+            let list = &sv.get_ref().0;
+            if list.is_empty() {
+                return Err(self.err(sv.span(), "size_kb list is empty; expected one or more sizes in KB"));
+            }
+            if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 > size_kb) {
+                return Err(self.err(
+                    sv.span(),
+                    format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB)"),
+                ));
+            }
+            sizes.extend((0..copies).map(|k| list[k % list.len()] as u64));
+        }
+        debug_assert_eq!(sizes.len(), tasks.len());
+        Ok(Some(Memory { config, sizes }))
     }
 
     fn check_name(&self, n: &Spanned<String>, what: &str) -> R<String> {
@@ -1123,11 +1260,13 @@ impl Builder<'_> {
             ("join", raw.join.as_ref().map(Spanned::span)),
             ("leave", raw.leave.as_ref().map(Spanned::span)),
             ("hand_off", raw.hand_off.as_ref().map(Spanned::span)),
+            ("terminal", raw.terminal.as_ref().map(Spanned::span)),
+            ("times", raw.times.as_ref().map(Spanned::span)),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off";
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times";
         match given.as_slice() {
             [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
             [_] => {}
@@ -1169,6 +1308,16 @@ impl Builder<'_> {
         }
         if let Some(d) = &raw.fault {
             return Ok(Phase::Fault(d.get_ref().0.clone()));
+        }
+        if let Some(d) = &raw.terminal {
+            return Ok(Phase::Terminal(d.get_ref().0.clone()));
+        }
+        if let Some(n) = &raw.times {
+            let k = *n.get_ref();
+            if k < 1 {
+                return Err(self.err(n.span(), format!("times must be at least 1 (the phases before it run that many times in all), found {k}")));
+            }
+            return Ok(Phase::Times(k as u64));
         }
         if let Some(t) = &raw.timer {
             if t.get_ref().0 == 0 {
@@ -1282,7 +1431,8 @@ impl Builder<'_> {
 
 fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) => positive_mean(d),
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) => positive_mean(d),
+        Phase::Times(_) => false,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
         Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,

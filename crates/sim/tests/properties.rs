@@ -80,6 +80,7 @@ fn scenario(m: Machine, default_policy: PolicySpec, tasks: Vec<TaskSpec>, until:
         schedulers: vec![],
         tasks,
         interrupts: vec![],
+        memory: None,
         until,
         seed: 1,
     }
@@ -451,6 +452,7 @@ fn build(raw: &RawScenario) -> Scenario {
         schedulers,
         tasks,
         interrupts,
+        memory: None,
         until,
         seed: raw.seed,
     }

@@ -198,6 +198,7 @@ fn stress_scenario(until: Ns, seed: u64) -> Scenario {
         schedulers: schedulers(horizons().1),
         tasks,
         interrupts,
+        memory: None,
         until,
         seed,
     }

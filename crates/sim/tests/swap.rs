@@ -1,0 +1,236 @@
+//! Swapping in the simulator (paper 004 §2, §4.2–4.3): the `[memory]` scenario section and
+//! its errors, and whole runs checked against the engine's invariants after every event.
+
+use vassal_sim::scenario::parse_scenario;
+use vassal_sim::{Report, Sim};
+
+fn run_checked(text: &str) -> Report {
+    let sc = parse_scenario(text, "t.toml").unwrap();
+    let mut sim = Sim::new(sc).unwrap();
+    sim.set_checks(true);
+    sim.run().unwrap()
+}
+
+fn err(text: &str) -> String {
+    parse_scenario(text, "bad.toml").unwrap_err().to_string()
+}
+
+const MEM: &str = "[memory]\nsize_kb = 100\nswap_seek = \"10ms\"\nswap_transfer = \"1ms\"\n";
+
+fn with_memory(policy: &str, swap_in: &str, swap_out: &str, tasks: &str, until: &str) -> String {
+    format!(
+        "until = \"{until}\"\n[machine]\ncpus = 1\n[default]\npolicy = \"{policy}\"\n{MEM}swap_in = \"{swap_in}\"\nswap_out = \"{swap_out}\"\n{tasks}"
+    )
+}
+
+#[test]
+fn bad_memory_values_are_refused_where_they_are() {
+    let base = "until = \"1s\"\n[machine]\ncpus = 1\n";
+    let task = "[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = { kind = \"cpu\" }\n";
+    assert_eq!(
+        err(&format!("{base}{MEM}swap_in = \"fastest\"\n{task}")),
+        "bad.toml:8:11: unknown swap_in 'fastest'; expected one of \"standard\", \"priority\""
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}swap_out = \"lru\"\n{task}")),
+        "bad.toml:8:12: unknown swap_out 'lru'; expected one of \"standard\", \"mouse\""
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}placement = \"worst_fit\"\n{task}")),
+        "bad.toml:8:13: unknown placement 'worst_fit'; expected one of \"first_fit\", \"best_fit\""
+    );
+    assert_eq!(
+        err(&format!("{base}[memory]\nsize_kb = 0\nswap_seek = \"10ms\"\nswap_transfer = \"1ms\"\n{task}")),
+        "bad.toml:5:11: memory size_kb must be at least 1, found 0"
+    );
+    assert_eq!(
+        err(&format!("{base}[memory]\nsize_kb = 100\nswap_seek = \"10\"\nswap_transfer = \"1ms\"\n{task}")),
+        "bad.toml:6:13: duration \"10\" has no unit; a unit is needed, e.g. \"10ms\" (units: ns, us, ms, s)"
+    );
+    assert!(err(&format!("{base}[memory]\nsize_kb = 100\nswap_seek = \"10ms\"\n{task}")).contains("swap_transfer"));
+    // sizes
+    assert_eq!(
+        err(&format!("{base}{MEM}[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:9:8: task 'a' needs size_kb (its image size in KB) when there is a [memory] section"
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}[[task]]\nname = \"a\"\nsize_kb = 101\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:10:11: image size 101 KB is out of range; expected 1 to the memory size (100 KB)"
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}[[task]]\nname = \"a\"\ncount = 2\nsize_kb = [10, 0]\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:11:11: image size 0 KB is out of range; expected 1 to the memory size (100 KB)"
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}[[task]]\nname = \"a\"\nsize_kb = []\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:10:11: size_kb list is empty; expected one or more sizes in KB"
+    );
+    assert_eq!(
+        err(&format!("{base}[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:6:11: size_kb needs a [memory] section (main memory and the swap device)"
+    );
+    assert!(err(&format!("{base}{MEM}size = 3\n{task}")).contains("unknown key `size`"));
+    // phases
+    let script = |p: &str| format!("{base}[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"script\", phases = [{p}] }}\n");
+    assert_eq!(
+        err(&script("{ run = \"1ms\" }, { times = 0 }")),
+        "bad.toml:6:69: times must be at least 1 (the phases before it run that many times in all), found 0"
+    );
+    assert!(err(&script("{ terminal = \"-1s\" }")).contains("negative"));
+}
+
+#[test]
+fn a_count_group_takes_its_sizes_in_turn() {
+    let sc = parse_scenario(
+        &with_memory("fb", "standard", "standard", "[[task]]\nname = \"a\"\ncount = 3\nsize_kb = [24, 40]\nbehaviour = { kind = \"cpu\" }\n[[task]]\nname = \"b\"\nsize_kb = 7\nbehaviour = { kind = \"cpu\" }\n", "1s"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(sc.memory.unwrap().sizes, vec![24, 40, 24, 7]);
+}
+
+#[test]
+fn what_does_not_fit_is_swapped_in_turn_and_never_runs_while_out() {
+    // Three 40 KB hogs in 100 KB: one is always out. Each swap moves 40 KB in 10 + 40 ms.
+    let tasks = "[[task]]\nname = \"hog\"\ncount = 3\nsize_kb = 40\nbehaviour = { kind = \"cpu\" }\n";
+    for swap_out in ["standard", "mouse"] {
+        let r = run_checked(&with_memory("fb", "standard", swap_out, tasks, "20s"));
+        let k = &r.kernel;
+        // The 2 s minimum residence paces the rotation: at most one swap-out per second
+        // per resident image, and each swap-in follows a swap-out.
+        assert!(k.swap_outs >= 5 && k.swap_outs <= 20, "{swap_out}: {} swap-outs", k.swap_outs);
+        assert!(k.swap_ins + 1 >= k.swap_outs && k.swap_ins <= k.swap_outs + 1, "{swap_out}: {k:?}");
+        // every hog gets CPU time in turn
+        for t in &r.tasks {
+            assert!(t.cpu_ns > 2_000_000_000, "{swap_out}: {} ran only {} ns", t.name, t.cpu_ns);
+        }
+        // the CPU never idles: two hogs are always in memory
+        assert_eq!(k.swap_idle_ns, 0, "{swap_out}");
+        assert_eq!(k.images.iter().map(|m| m.swap_outs).sum::<u64>(), k.swap_outs);
+    }
+}
+
+#[test]
+fn memory_that_holds_everyone_never_swaps() {
+    let tasks = "[[task]]\nname = \"hog\"\ncount = 2\nsize_kb = 50\nbehaviour = { kind = \"cpu\" }\n";
+    let r = run_checked(&with_memory("unix", "standard", "standard", tasks, "5s"));
+    assert_eq!((r.kernel.swap_ins, r.kernel.swap_outs, r.kernel.swapper_runs), (0, 0, 0));
+}
+
+/// Paper 004 §6, Figure 7 in small: an interactive task reading the terminal beside CPU
+/// hogs that do not all fit. Priority swap-in brings it back at once after each wait;
+/// the standard one takes whoever has been out longest.
+#[test]
+fn priority_swap_in_serves_the_interactive_task_first() {
+    let tasks = "[[task]]\nname = \"ia\"\nsize_kb = 10\nparams = { wake_boost = 6 }\nbehaviour = { kind = \"script\", phases = [{ terminal = \"1s\" }, { run = \"5ms\" }, { times = 10 }] }\n[[task]]\nname = \"hog\"\ncount = 8\nsize_kb = 45\nbehaviour = { kind = \"cpu\" }\n";
+    let exit = |swap_in: &str| {
+        let r = run_checked(&with_memory("fb", swap_in, "standard", tasks, "120s"));
+        r.kernel.images.iter().find(|m| m.name == "ia").unwrap().exit_ns.expect("ia finishes") as f64 / 1e9
+    };
+    let (pri, std) = (exit("priority"), exit("standard"));
+    // Alone it would take 10 × 1.005 s. Priority: each wake costs at most a swap-out and
+    // a swap-in and the wait for a victim's 2 s residence.
+    assert!(pri < 10.05 + 10.0 * 2.2, "priority swap-in: {pri} s");
+    assert!(std > pri * 1.5, "standard {std} s vs priority {pri} s");
+}
+
+/// §4.1: real-time FB levels are never swapped out.
+#[test]
+fn a_real_time_fb_task_stays_in_memory() {
+    let tasks = "[[task]]\nname = \"rt\"\nsize_kb = 40\nparams = { base = 16 }\nbehaviour = { kind = \"script\", phases = [{ terminal = \"500ms\" }, { run = \"1ms\" }, { times = 30 }] }\n[[task]]\nname = \"hog\"\ncount = 3\nsize_kb = 40\nbehaviour = { kind = \"cpu\" }\n";
+    for swap_out in ["standard", "mouse"] {
+        let r = run_checked(&with_memory("fb", "priority", swap_out, tasks, "20s"));
+        let rt = r.kernel.images.iter().find(|m| m.name == "rt").unwrap();
+        assert_eq!(rt.swap_outs, 0, "{swap_out}");
+        assert!(r.kernel.swap_outs > 0, "{swap_out}: the hogs still swap");
+    }
+}
+
+#[test]
+fn kernel_counts_system_calls_and_dispatches() {
+    // One task: 10 × (run, sleep) then exit: 10 sleeps + 1 exit = 11 system calls, and a
+    // dispatch after each sleep plus the first; it exits when its 10th sleep ends, 20 ms.
+    let tasks = "[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = { kind = \"script\", phases = [{ run = \"1ms\" }, { sleep = \"1ms\" }, { times = 10 }] }\n";
+    let r = run_checked(&with_memory("fb", "standard", "standard", tasks, "1s"));
+    assert_eq!(r.kernel.syscalls, 11);
+    assert_eq!(r.kernel.dispatches, 10);
+    assert_eq!(r.kernel.last_exit_ns, Some(20_000_000));
+    let table = r.to_table();
+    assert!(table.contains("kernel: 10 dispatches, 11 system calls, 0 swap-ins, 0 swap-outs"), "{table}");
+    assert!(r.to_json().contains("\"swap_idle_ns\": 0"));
+}
+
+/// The paper 004 experiments' heaviest variants (18 processes), every module, with the
+/// engine's and the swapper's invariants checked after every event.
+#[test]
+fn the_unix_experiments_keep_the_invariants() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/unix");
+    for (file, n) in [("throughput.toml", "18"), ("response.toml", "18")] {
+        let sweep = vassal_sim::sweep::load(&dir.join(file)).unwrap();
+        for m in ["v7", "fb_std_std", "fb_pri_std", "fb_std_mouse", "fb_pri_mouse"] {
+            let text = sweep.variant_text(&format!("{m}/{n}")).unwrap();
+            let mut sc = parse_scenario(&text, file).unwrap();
+            sc.until = sc.until.min(400 * vassal_core::SEC);
+            let mut sim = Sim::new(sc).unwrap();
+            sim.set_checks(true);
+            let r = sim.run().unwrap();
+            assert!(r.kernel.swap_outs > 0, "{file} {m}: swapping happens");
+        }
+    }
+}
+
+/// Random scenarios with memory — every policy kind that runs best-effort tasks, both
+/// placements and all four strategy pairs, two CPUs sometimes, tasks that run, sleep,
+/// wait on the terminal, yield, exit early — run with the invariants checked after every
+/// event (the swapper's map agrees with the dispatcher, no swapped-out task runs, no
+/// exited task holds memory).
+#[test]
+fn random_scenarios_with_memory_keep_the_invariants() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2024);
+    let policies = ["fb", "unix", "rr", "bvt", "linux22", "wrr"];
+    let mut swapped = 0;
+    for case in 0..150 {
+        let policy = policies[case % policies.len()];
+        let mem = rng.gen_range(40..200);
+        let cpus = if rng.gen_bool(0.3) { 2 } else { 1 };
+        let placement = if rng.gen_bool(0.5) { "first_fit" } else { "best_fit" };
+        let swap_in = if rng.gen_bool(0.5) { "standard" } else { "priority" };
+        let swap_out = if rng.gen_bool(0.5) { "standard" } else { "mouse" };
+        let mut text = format!(
+            "until = \"30s\"\nseed = {case}\n[machine]\ncpus = {cpus}\n[default]\npolicy = \"{policy}\"\n[memory]\nsize_kb = {mem}\nplacement = \"{placement}\"\nswap_seek = \"{}ms\"\nswap_transfer = \"{}us\"\nswap_cpu = \"{}us\"\nmin_resident = \"{}ms\"\nswap_in = \"{swap_in}\"\nswap_out = \"{swap_out}\"\n",
+            rng.gen_range(0..50),
+            rng.gen_range(0..3000),
+            rng.gen_range(0..2000),
+            rng.gen_range(0..3000),
+        );
+        for t in 0..rng.gen_range(1..12) {
+            let size = rng.gen_range(1..=mem);
+            let mut phases = vec![format!("{{ run = \"{}ms\" }}", rng.gen_range(1..50))];
+            for _ in 0..rng.gen_range(0..5) {
+                phases.push(match rng.gen_range(0..5) {
+                    0 | 1 => format!("{{ run = {{ exp = \"{}ms\" }} }}", rng.gen_range(1..200)),
+                    2 => format!("{{ sleep = {{ uniform = [\"1ms\", \"{}ms\"] }} }}", rng.gen_range(2..300)),
+                    3 => format!("{{ terminal = \"{}ms\" }}", rng.gen_range(1..3000)),
+                    _ => "{ yield = true }".to_string(),
+                });
+            }
+            phases.push(format!("{{ times = {} }}", rng.gen_range(1..50)));
+            let repeat = rng.gen_bool(0.5);
+            text += &format!(
+                "[[task]]\nname = \"t{t}\"\nstart = \"{}ms\"\nsize_kb = {size}\nparams = {{ base = {} }}\nbehaviour = {{ kind = \"script\", repeat = {repeat}, phases = [{}] }}\n",
+                rng.gen_range(0..5000),
+                rng.gen_range(0..20),
+                phases.join(", ")
+            );
+        }
+        let sc = parse_scenario(&text, "random.toml").unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+        let mut sim = Sim::new(sc).unwrap();
+        sim.set_checks(true);
+        let r = sim.run().unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+        let k = &r.kernel;
+        assert!(k.swap_ins <= k.swap_outs + r.tasks.len() as u64, "case {case}: {k:?}");
+        swapped += (k.swap_outs > 0) as u32;
+    }
+    assert!(swapped > 50, "only {swapped} of 150 cases swapped");
+}
