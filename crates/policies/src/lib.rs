@@ -12,6 +12,9 @@ pub mod bvt;
 pub mod bvt2;
 pub mod bvt_admission;
 pub mod bvt_plan;
+pub mod dbs;
+pub mod dbs_admission;
+pub mod edf;
 pub mod params;
 pub mod rr;
 mod runqueue;
@@ -46,6 +49,8 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("unix", "standard UNIX V6/V7/S5, paper 004 §3: tick counts decayed once a second, priority = ticks/A + PUSER + nice, kernel priorities on wake (params: variant, tick, wait_pri, resched_secs)"),
         ("fb", "FB feedback queue, paper 004 §4.1: 32 levels, 16-31 real time, a full quantum drops a level, blocking boosts to base + event (params: quantum, quantum_step, base, wake_boost)"),
         ("timed", "Vassal's sample real-time scheduler, paper 000 §5: SET(delay) runs a task at now + delay via a scheduler event (params: lead, resolution, min_delay, spin)"),
+        ("dbs", "deadline-based scheduling, paper 001 §5: (s, t, d) reservations admitted if feasible, run EDF on CPU 0, leftover time round robin (params: quantum)"),
+        ("edf", "preemptive earliest-deadline-first for periodic tasks (task params: period, deadline; params: quantum)"),
     ]
 }
 
@@ -78,6 +83,8 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
         "unix" => Box::new(unix::build(&mut p)?),
         "fb" => Box::new(fb::build(&mut p)?),
         "timed" => Box::new(timed::build(&mut p)?),
+        "dbs" => Box::new(dbs::build(&mut p)?),
+        "edf" => Box::new(edf::build(&mut p)?),
         // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(

@@ -31,6 +31,8 @@ use crate::metrics::Metrics;
 use crate::model::{Behaviour, ClockMode, Dist, Phase, Scenario};
 use crate::report::{CpuReport, Report, SchedReport, TaskReport, Totals};
 
+mod randres;
+
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
 /// Reschedules one CPU may take at one instant before the engine stops honouring them
@@ -63,6 +65,8 @@ enum Ev {
     SchedEvent(SchedId, u64, u64),
     Interrupt(usize),
     Unscheduled(u16),
+    /// A randres job's deadline (task, generation).
+    RandresDeadline(usize, u64),
 }
 
 /// A queued event, ordered by time then by the order it was queued, packed into one
@@ -146,6 +150,7 @@ struct SimTask {
     released: u64,
     irqs: VecDeque<Ns>,
     looping: bool,
+    randres: randres::State,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -276,6 +281,7 @@ impl Sim {
                 released: 0,
                 irqs: VecDeque::new(),
                 looping: false,
+                randres: randres::State::default(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -642,6 +648,7 @@ impl Sim {
                 }
             }
             Ev::Interrupt(k) => self.interrupt(k),
+            Ev::RandresDeadline(i, gen) => self.randres_deadline(i, gen),
             Ev::Unscheduled(c) => {
                 let c = c as usize;
                 self.settle(c);
@@ -801,6 +808,7 @@ impl Sim {
                 }
             }
             Behaviour::Script { .. } => self.step_script(i),
+            Behaviour::Randres(_) => self.step_randres(i),
         }
     }
 

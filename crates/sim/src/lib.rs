@@ -8,6 +8,7 @@ pub mod model;
 pub mod report;
 pub mod repro;
 pub mod scenario;
+pub mod sweep;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
 pub use report::Report;
