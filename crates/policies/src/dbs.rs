@@ -256,6 +256,20 @@ impl Dbs {
         }
     }
 
+    /// A task running without a reservation that now has an active one (it reserved while
+    /// running, or its reservation started) is rescheduled, so that it is run — on CPU 0 —
+    /// and charged under the reservation from now on.
+    fn promote_running(&mut self, ctx: &mut Ctx, task: TaskId) {
+        let now = ctx.now();
+        if self.current(task, now).is_none() {
+            return;
+        }
+        let on = self.running.iter().position(|r| r.is_some_and(|r| r.task == task && r.res.is_none()));
+        if let Some(c) = on {
+            let _ = ctx.resched(CpuId(c as u16));
+        }
+    }
+
     fn event_tokens(id: u64) -> (u64, u64) {
         (id << 1, (id << 1) | 1)
     }
@@ -303,6 +317,7 @@ impl Dbs {
         }
         let _ = ctx.set_event(deadline, d_tok);
         self.sync(task, now);
+        self.promote_running(ctx, task);
         self.check_edf(ctx);
         Reply::Ok
     }
@@ -428,6 +443,7 @@ impl Policy for Dbs {
         if token & 1 == 0 {
             // Its start: the reservation becomes active.
             self.sync(v.task, ctx.now());
+            self.promote_running(ctx, v.task);
             self.check_edf(ctx);
         } else {
             // Its deadline: over, whatever is left of the need is forfeited.
