@@ -143,7 +143,13 @@ impl Sim {
                 self.after_burst(i, c);
             }
             TaskState::Runnable => {
-                self.abandon(i);
+                // Preempted at the very instant its need was met (e.g. by its reservation
+                // ending at d_i), the job is done; otherwise it is abandoned.
+                if self.tasks[i].remaining > 0 {
+                    self.abandon(i);
+                } else {
+                    self.complete(i);
+                }
                 match self.step(i) {
                     Step::Run | Step::Yield => {} // the next job starts at once
                     Step::Block { voluntary, wake_at, .. } => {
