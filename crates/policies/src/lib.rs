@@ -5,6 +5,10 @@
 //! - [`rr`]: Go!'s GTE single-priority preemptive round robin (paper 003 §4);
 //! - [`fps`]: fixed-priority preemptive scheduling, optionally rate-monotonic;
 //! - [`wrr`]: weighted round robin, the BVT paper's WRR baseline (paper 001 §5.1).
+//!
+//! Deadlines (paper 001 §5): [`dbs`] runs (s, t, d) reservations earliest-deadline-first,
+//! admitted by [`dbs_admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
+//! is [`fps`] with `rm = true`).
 
 pub mod fps;
 pub mod linux22;
