@@ -402,3 +402,73 @@ fn a_task_waking_inside_its_reservation_preempts_the_round_robin() {
     h.wake(a);
     assert_eq!(h.on(CPU0), Some(hog));
 }
+
+// ----- properties -----
+
+#[derive(Clone, Debug)]
+enum Op {
+    AddPlain,
+    AddReserver,
+    Block(usize),
+    Wake(usize),
+    /// (reserver, start offset, need, window), in ms.
+    Reserve(usize, u64, u64, u64),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => Just(Op::AddPlain),
+        1 => Just(Op::AddReserver),
+        1 => (0usize..8).prop_map(Op::Block),
+        1 => (0usize..8).prop_map(Op::Wake),
+        3 => (0usize..4, 0u64..20, 1u64..10, 1u64..30).prop_map(|(r, s, t, w)| Op::Reserve(r, s, t, w)),
+        3 => (1u64..15).prop_map(Op::Advance),
+    ]
+}
+
+proptest! {
+    /// Reserved tasks that never block always get their reservations: the live set stays
+    /// feasible as time passes (EDF serves it), every decision is valid, a CPU is idle only
+    /// when nothing it may run is waiting, and nothing runs on two CPUs.
+    #[test]
+    fn accepted_reservations_stay_feasible_and_decisions_are_valid(
+        ncpus in 1u16..3,
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let mut h = H::new(ncpus);
+        let mut plain: Vec<TaskId> = Vec::new();
+        let mut reservers: Vec<TaskId> = Vec::new();
+        for op in ops {
+            match op {
+                Op::AddPlain => plain.push(h.add(true)),
+                Op::AddReserver => reservers.push(h.add(true)),
+                Op::Block(i) => if let Some(&t) = plain.get(i) {
+                    if h.d.state(t).is_runnable() { h.block(t); }
+                },
+                Op::Wake(i) => if let Some(&t) = plain.get(i) {
+                    if h.d.state(t) == vassal_core::TaskState::Blocked { h.wake(t); }
+                },
+                Op::Reserve(i, s, t, w) => if let Some(&task) = reservers.get(i) {
+                    let start = h.now + s * MS;
+                    let _ = h.reserve(task, start, t.min(w) * MS, start + w * MS);
+                },
+                Op::Advance(n) => { let until = h.now + n * MS; h.run_until(until); }
+            }
+            let live: Vec<Demand> = h.reservations().iter()
+                .map(|r| Demand { start: r.start, need: r.need - r.used, deadline: r.deadline }).collect();
+            prop_assert!(feasible(h.now, &live).is_ok(), "at {}: {:?}", h.now, h.reservations());
+            prop_assert!(h.reservations().iter().all(|r| r.deadline > h.now), "an expired reservation is still live");
+            prop_assert_eq!(h.d.stats().refused, 0);
+            let running: Vec<TaskId> = (0..ncpus).filter_map(|c| h.on(CpuId(c))).collect();
+            let mut dedup = running.clone();
+            dedup.sort();
+            dedup.dedup();
+            prop_assert_eq!(dedup.len(), running.len(), "a task on two CPUs");
+            let waiting = plain.iter().chain(&reservers).any(|&t| h.d.state(t) == vassal_core::TaskState::Runnable);
+            if waiting {
+                prop_assert!((0..ncpus).all(|c| h.on(CpuId(c)).is_some()), "a CPU idles while a task waits");
+            }
+        }
+    }
+}
