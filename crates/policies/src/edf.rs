@@ -15,8 +15,10 @@
 //!   later deadline (the latest such), unless a CPU it may use is idle.
 //! - **Late jobs**: the policy is not told when a job finishes unless the task blocks, so
 //!   a task still runnable at its deadline is taken to have started its next job (its
-//!   deadline moves on by whole periods past now). The running task's slice ends at its
-//!   deadline so that this is applied on time. For a periodic task with deadline = period
+//!   deadline moves on by whole periods past now) when it stops running (slice end or
+//!   preemption; the running task's slice ends at its deadline so that this is applied on
+//!   time). A task waiting in the queue keeps its past deadline, as a late job does in
+//!   classic EDF, so `pick` stays O(log n) however many deadlines pass. For a periodic task with deadline = period
 //!   this is exactly the next job's deadline; EDF meets every deadline when the total
 //!   utilisation is at most 1 (Liu & Layland's theorem 7), so it only matters in overload.
 //! - `Request::Param { name: "period" | "deadline" }` changes a task's parameters from its
@@ -346,17 +348,20 @@ impl Policy for Edf {
         loop {
             let &(class, key, raw) = self.ready.iter().find(|&&(_, _, t)| ctx.allowed(TaskId(t), cpu))?;
             let id = TaskId(raw);
-            if class == 0 && key <= now {
-                // Past its deadline: requeue under the next job's deadline (module docs).
-                self.catch_up(id, now);
-                self.set_st(id, St::Ready);
-                continue;
-            }
             match ctx.state(id) {
                 TaskState::Runnable => {
+                    let slice = match (class, self.task(id).and_then(|t| t.timing)) {
+                        (0, Some((period, _))) if key <= now => {
+                            // A late job keeps its (past) deadline while it waits, as in
+                            // classic EDF; it runs until the deadline its next job would
+                            // have, where `on_preempt` moves it on (module docs).
+                            period - (now - key) % period
+                        }
+                        (0, _) => key - now,
+                        _ => self.quantum,
+                    };
                     self.picked[ci] = Some(id);
                     self.set_st(id, St::Picked(cpu));
-                    let slice = if class == 0 { key - now } else { self.quantum };
                     return Some(Decision::run(id, slice));
                 }
                 TaskState::Running(c) => self.set_st(id, St::Running(c)),
