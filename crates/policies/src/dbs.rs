@@ -26,9 +26,12 @@
 //!   whose deadline comes (a scheduler event), is over; its unused need is forfeited.
 //! - **Leftover time**: runnable tasks without an active reservation — tasks that never
 //!   reserved, tasks between reservations, and tasks whose reservation is used up — share
-//!   every CPU round robin (one FIFO, a `quantum` per turn, default 10 ms): a CPU runs them
-//!   when no reservation is due there. A task preempted by a reservation keeps its place.
-//!   A task with an active reservation is not in that queue: it runs on CPU 0 only.
+//!   every CPU round robin (one FIFO, a `quantum` per turn, default 10 ms): CPU 0 runs them
+//!   when no reservation is due, the other CPUs first. A task preempted by a reservation
+//!   keeps its place.
+//! - **Other CPUs** (a multiprocessor): a CPU other than 0 with no round-robin work runs
+//!   the earliest-deadline waiting reservation, charged to it, rather than idle. Service
+//!   there only lowers what CPU 0 still owes, so the accepted set stays feasible.
 //! - A task whose affinity excludes CPU 0 cannot reserve (refused). Leaving the scheduler
 //!   drops the task's reservations.
 //!
@@ -236,9 +239,11 @@ impl Dbs {
         self.res.get(&r).map(|v| (v.deadline, r))
     }
 
-    /// Preemption: the earliest ready reservation beats what CPU 0 runs.
-    fn check_edf(&mut self, ctx: &mut Ctx) {
-        let Some(&(d, r, _)) = self.edf.first() else { return };
+    /// Preemption: the earliest ready reservation beats what CPU 0 runs; otherwise an idle
+    /// CPU (not `deciding`, which is about to pick) may take it.
+    fn check_edf_except(&mut self, ctx: &mut Ctx, deciding: CpuId) {
+        let Some(&(d, r, t)) = self.edf.first() else { return };
+        crate::rr::kick_idle(ctx, TaskId(t), deciding);
         let cpu0 = RESERVATION_CPU;
         let ours_or_idle = match ctx.running_on(cpu0) {
             None => true,
@@ -256,18 +261,21 @@ impl Dbs {
         }
     }
 
-    /// A task running without a reservation that now has an active one (it reserved while
-    /// running, or its reservation started) is rescheduled, so that it is run — on CPU 0 —
-    /// and charged under the reservation from now on.
+    /// A running task whose current reservation is not the one it runs under (it reserved
+    /// while running unreserved, or a reservation of it with an earlier deadline started)
+    /// is rescheduled, so that it is run — on CPU 0 — and charged under its current
+    /// reservation from now on.
     fn promote_running(&mut self, ctx: &mut Ctx, task: TaskId) {
         let now = ctx.now();
-        if self.current(task, now).is_none() {
-            return;
-        }
-        let on = self.running.iter().position(|r| r.is_some_and(|r| r.task == task && r.res.is_none()));
+        let Some((_, cur)) = self.current(task, now) else { return };
+        let on = self.running.iter().position(|r| r.is_some_and(|r| r.task == task && r.res != Some(cur)));
         if let Some(c) = on {
             let _ = ctx.resched(CpuId(c as u16));
         }
+    }
+
+    fn check_edf(&mut self, ctx: &mut Ctx) {
+        self.check_edf_except(ctx, RESERVATION_CPU);
     }
 
     fn event_tokens(id: u64) -> (u64, u64) {
@@ -420,7 +428,7 @@ impl Policy for Dbs {
         }
         self.set_st(task, St::Ready, ctx.now());
         if cpu != RESERVATION_CPU {
-            self.check_edf(ctx);
+            self.check_edf_except(ctx, cpu);
         }
     }
 
@@ -472,20 +480,22 @@ impl Policy for Dbs {
         }
         let now = ctx.now();
         loop {
-            let edf = if cpu == RESERVATION_CPU {
-                self.edf.iter().find(|&&(_, _, t)| ctx.allowed(TaskId(t), cpu)).copied()
-            } else {
-                None
+            let edf = self.edf.iter().find(|&&(_, _, t)| ctx.allowed(TaskId(t), cpu)).copied();
+            let rr = self.rr.iter().find(|&&(_, t)| ctx.allowed(TaskId(t), cpu)).copied();
+            // CPU 0: reservations first; other CPUs: the round robin first.
+            let take_edf = match (edf, rr) {
+                (Some(_), Some(_)) => cpu == RESERVATION_CPU,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
             };
-            let (id, run, slice) = match edf {
-                Some((d, r, t)) => {
+            let (id, run, slice) = match (take_edf, edf, rr) {
+                (true, Some((d, r, t)), _) => {
                     let v = self.res[&r];
                     (TaskId(t), Run { task: TaskId(t), res: Some(r) }, (v.need - v.used).min(d - now))
                 }
-                None => {
-                    let &(_, t) = self.rr.iter().find(|&&(_, t)| ctx.allowed(TaskId(t), cpu))?;
-                    (TaskId(t), Run { task: TaskId(t), res: None }, self.quantum)
-                }
+                (_, _, Some((_, t))) => (TaskId(t), Run { task: TaskId(t), res: None }, self.quantum),
+                _ => return None,
             };
             match ctx.state(id) {
                 TaskState::Runnable => {
