@@ -22,7 +22,9 @@
 //!   event at its start), or whose task wakes, preempts CPU 0 when its deadline is earlier
 //!   than that of what runs there, or when a task without a reservation runs there. The
 //!   slice is what is left of the need or the time to the deadline, whichever is less; the
-//!   time the task runs under it is charged to it. A reservation whose need is used up, or
+//!   time the task runs under it is charged to it (a running task whose current reservation
+//!   changes — it reserved while running, or an earlier deadline of its own started — is
+//!   rescheduled onto it). A reservation whose need is used up, or
 //!   whose deadline comes (a scheduler event), is over; its unused need is forfeited.
 //! - **Leftover time**: runnable tasks without an active reservation — tasks that never
 //!   reserved, tasks between reservations, and tasks whose reservation is used up — share
