@@ -5,6 +5,10 @@
 //! - [`rr`]: Go!'s GTE single-priority preemptive round robin (paper 003 §4);
 //! - [`fps`]: fixed-priority preemptive scheduling, optionally rate-monotonic;
 //! - [`wrr`]: weighted round robin, the BVT paper's WRR baseline (paper 001 §5.1).
+//!
+//! Deadlines (paper 001 §5): [`dbs`] runs (s, t, d) reservations earliest-deadline-first,
+//! admitted by [`dbs_admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
+//! is [`fps`] with `rm = true`).
 
 pub mod fps;
 pub mod linux22;
@@ -12,6 +16,9 @@ pub mod bvt;
 pub mod bvt2;
 pub mod bvt_admission;
 pub mod bvt_plan;
+pub mod dbs;
+pub mod dbs_admission;
+pub mod edf;
 pub mod params;
 pub mod rr;
 pub mod rtserver;
@@ -48,6 +55,8 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("fb", "FB feedback queue, paper 004 §4.1: 32 levels, 16-31 real time, a full quantum drops a level, blocking boosts to base + event (params: quantum, quantum_step, base, wake_boost)"),
         ("timed", "Vassal's sample real-time scheduler, paper 000 §5: SET(delay) runs a task at now + delay via a scheduler event (params: lead, resolution, min_delay, spin)"),
         ("rtserver", "soft real-time reservation server, paper 002 §2: reserve/free/modify/avail, admission by eqs. 1-3, a slotted dispatch table by non-preemptive RM, overrun protection (params: slot, frame, r, cpus, admission, overrun_pct, overrun_periods, overrun_window, overrun_cap)"),
+        ("dbs", "deadline-based scheduling, paper 001 §5: (s, t, d) reservations admitted if feasible, run EDF on CPU 0, leftover time round robin (params: quantum)"),
+        ("edf", "preemptive earliest-deadline-first for periodic tasks (task params: period, deadline; params: quantum)"),
     ]
 }
 
@@ -81,6 +90,8 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
         "fb" => Box::new(fb::build(&mut p)?),
         "timed" => Box::new(timed::build(&mut p)?),
         "rtserver" => Box::new(rtserver::build(&mut p)?),
+        "dbs" => Box::new(dbs::build(&mut p)?),
+        "edf" => Box::new(edf::build(&mut p)?),
         // More kinds go here, each reading its parameters from `p`.
         _ => {
             return Err(format!(

@@ -36,6 +36,8 @@ use crate::swap::Swapper;
 mod swapping;
 use swapping::Kernel;
 
+mod randres;
+
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
 /// Reschedules one CPU may take at one instant before the engine stops honouring them
@@ -71,6 +73,8 @@ enum Ev {
     /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up);
     /// stale unless the generation is current.
     Swap(u64),
+    /// A randres job's deadline (task, generation).
+    RandresDeadline(usize, u64),
 }
 
 /// A queued event, ordered by time then by the order it was queued, packed into one
@@ -158,6 +162,7 @@ struct SimTask {
     waiting: bool,
     /// Per script phase: how many times a `times` phase has sent the script back.
     loops: Vec<u64>,
+    randres: randres::State,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -295,6 +300,7 @@ impl Sim {
                 looping: false,
                 waiting: false,
                 loops: Vec::new(),
+                randres: randres::State::default(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -671,6 +677,7 @@ impl Sim {
             }
             Ev::Interrupt(k) => self.interrupt(k),
             Ev::Swap(gen) => self.swap_event(gen),
+            Ev::RandresDeadline(i, gen) => self.randres_deadline(i, gen),
             Ev::Unscheduled(c) => {
                 let c = c as usize;
                 self.settle(c);
@@ -832,6 +839,7 @@ impl Sim {
                 }
             }
             Behaviour::Script { .. } => self.step_script(i),
+            Behaviour::Randres(_) => self.step_randres(i),
         }
     }
 

@@ -177,6 +177,11 @@ impl Metrics {
             t.lateness.record(finish - deadline);
         }
     }
+    /// A deadline missed without the job completing (refused, or abandoned at its
+    /// deadline: paper 001 §5.1's randres).
+    pub fn job_missed(&mut self, task: usize) {
+        self.tasks[task].jobs_missed += 1;
+    }
     /// The task reached a loop marker (`set`: a `send set` phase, else a `timer` phase)
     /// at `now`: records the time since it last reached one of the same kind. The first
     /// timer interval is not a wake-up period (the first arrival follows no timer wait:

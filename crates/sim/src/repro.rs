@@ -151,6 +151,8 @@ fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {
 ///   lateness_max_ms, switches, migrations, iterations, iter_{min,max,mean,sd}_us)
 /// - `tasks.FIELD.AGG` — over all tasks; `group.PREFIX.FIELD.AGG` — over tasks whose name
 ///   starts with PREFIX (AGG: min, max, sum, mean, spread)
+/// - `deadlines.PREFIX.made` — the fraction of deadlines made (jobs met over jobs met or
+///   missed), pooled over the tasks whose names start with PREFIX
 /// - `cpu.N.utilisation`, `cpus.utilisation.AGG`
 /// - `totals.FIELD` (events, decisions, switches, migrations, refused_decisions, overhead_ms)
 /// - `kernel.FIELD` (paper 004's counts: dispatches, syscalls, swap_ins, swap_outs,
@@ -174,6 +176,15 @@ pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
                 .map(|t| task_field(t, field))
                 .collect::<Result<Vec<_>, _>>()?;
             aggregate(&v, agg)
+        }
+        ["deadlines", prefix, "made"] => {
+            // Pooled over the tasks: deadlines made / deadlines due (paper 001 Fig. 5).
+            let (met, due) = report
+                .tasks
+                .iter()
+                .filter(|t| t.name.starts_with(prefix))
+                .fold((0u64, 0u64), |(m, d), t| (m + t.jobs_met, d + t.jobs_met + t.jobs_missed));
+            if due == 0 { Err(format!("no deadlines of tasks named {prefix}*")) } else { Ok(met as f64 / due as f64) }
         }
         ["cpu", n, "utilisation"] => {
             let n: usize = n.parse().map_err(|_| format!("'{n}' is not a CPU number"))?;
@@ -210,7 +221,7 @@ pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
                 _ => return Err(format!("unknown kernel field '{field}'")),
             })
         }
-        _ => Err("expected task.NAME.FIELD, tasks.FIELD.AGG, group.PREFIX.FIELD.AGG, cpu.N.utilisation, cpus.utilisation.AGG, totals.FIELD, kernel.FIELD or kernel.exit_s.TASK".into()),
+        _ => Err("expected task.NAME.FIELD, tasks.FIELD.AGG, group.PREFIX.FIELD.AGG, cpu.N.utilisation, cpus.utilisation.AGG, deadlines.PREFIX.made, totals.FIELD, kernel.FIELD or kernel.exit_s.TASK".into()),
     };
     r.map_err(|e| format!("metric '{path}': {e}"))
 }
@@ -375,6 +386,9 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
                 })
             })
             .collect();
+    }
+    if table.contains_key("sweep") {
+        return crate::sweep_dbs::run(path, &table, &expects);
     }
     if crate::sweep::is_sweep(&table) {
         let sweep = crate::sweep::Sweep::from_table(&path.display().to_string(), &table)?;

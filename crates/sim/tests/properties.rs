@@ -467,6 +467,7 @@ fn may_exit(t: &TaskSpec) -> bool {
         Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } | Behaviour::Player { .. } => {
             false
         }
+        Behaviour::Randres(_) => false,
     }
 }
 

@@ -1,0 +1,296 @@
+//! The `randres` behaviour (BVT paper 001 §5.1) under DBS and alone, its scenario errors,
+//! and sweep experiments (several runs from one file).
+
+use std::path::PathBuf;
+
+use vassal_sim::repro::run_experiment;
+use vassal_sim::scenario::parse_scenario;
+use vassal_sim::{simulate, Report};
+
+fn run(text: &str) -> Report {
+    simulate(parse_scenario(text, "test.toml").unwrap()).unwrap()
+}
+
+fn randres(policy: &str, f: f64, reserve: bool, extra: &str) -> String {
+    let res = if reserve { ", reserve = \"sched\"" } else { "" };
+    format!(
+        r#"until = "600s"
+seed = 7
+[machine]
+cpus = 1
+switch_cost = "0ns"
+[default]
+name = "sched"
+policy = "{policy}"
+[[task]]
+name = "r1"
+params = {{ priority = 3, weight = 35, warp = "114285714ns" }}
+behaviour = {{ kind = "randres", fussiness = {f}{res}{extra} }}
+[[task]]
+name = "r2"
+params = {{ priority = 2, weight = 35, warp = "57142857ns" }}
+behaviour = {{ kind = "randres", fussiness = {f}{res}{extra} }}
+[[task]]
+name = "cont"
+params = {{ priority = 1, weight = 1 }}
+behaviour = {{ kind = "cpu" }}
+"#
+    )
+}
+
+fn made(r: &Report) -> (u64, u64) {
+    r.tasks.iter().filter(|t| t.name.starts_with('r')).fold((0, 0), |(m, x), t| (m + t.jobs_met, x + t.jobs_missed))
+}
+
+#[test]
+fn alone_a_randres_makes_exactly_the_deadlines_whose_need_fits_its_window() {
+    // f = 0.75: the window is gap/4 mcu (gap 26..34), the need 6..12 mcu. Alone on the CPU
+    // (above a hog under fps) a job is made iff a_i <= gap_i / 4: 19 of the 63 equally
+    // likely (gap, need) pairs. A job that does not fit is abandoned at its deadline, so
+    // the next window is not delayed and the count stays near 19/63.
+    let text = r#"until = "600s"
+seed = 3
+[machine]
+cpus = 1
+switch_cost = "0ns"
+[default]
+policy = "fps"
+[[task]]
+name = "r"
+params = { priority = 2 }
+behaviour = { kind = "randres", fussiness = 0.75 }
+[[task]]
+name = "hog"
+params = { priority = 1 }
+behaviour = { kind = "cpu" }
+"#;
+    let r = run(text);
+    let t = r.task("r").unwrap();
+    let n = t.jobs_met + t.jobs_missed;
+    // 600 s / 30 mcu = 2000 windows (± a few).
+    assert!((1950..=2050).contains(&n), "{n} windows");
+    let frac = t.jobs_met as f64 / n as f64;
+    assert!((frac - 19.0 / 63.0).abs() < 0.03, "made {frac}");
+    // A made job ran its whole need at once: 6..12 mcu, from its start s_i.
+    assert!(t.response.min_ns >= 60_000_000 && t.response.max_ns <= 80_000_000, "{:?}", t.response);
+}
+
+#[test]
+fn with_no_contention_every_deadline_is_made() {
+    for policy in ["dbs", "fps", "bvt"] {
+        let r = run(&randres(policy, 0.0, policy == "dbs", ""));
+        let (m, x) = made(&r);
+        assert!(m > 3900 && x == 0, "{policy}: made {m}, missed {x}");
+    }
+}
+
+#[test]
+fn under_dbs_with_exact_predictions_only_refused_requests_miss() {
+    // Every accepted reservation is met (admission is exact and EDF optimal); the misses
+    // are exactly the refusals.
+    for f in [0.4, 0.66, 0.75] {
+        let r = run(&randres("dbs", f, true, ""));
+        for t in r.tasks.iter().filter(|t| t.name.starts_with('r')) {
+            assert!(t.refused_messages > 0, "f = {f}: {} never refused", t.name);
+            assert_eq!(t.jobs_missed, t.refused_messages, "f = {f}: {}", t.name);
+            // One request per deadline; the last window may be in progress at the horizon.
+            assert!((0..=1).contains(&(t.messages - t.jobs_met - t.jobs_missed)), "{}", t.name);
+        }
+        // cont gets what is left.
+        assert!(r.task("cont").unwrap().cpu_frac > 0.3);
+    }
+}
+
+#[test]
+fn under_prediction_misses_accepted_deadlines_and_over_prediction_refuses_more() {
+    let exact = run(&randres("dbs", 0.54, true, ""));
+    let under = run(&randres("dbs", 0.54, true, ", error = \"under\", error_mean = 2"));
+    let over = run(&randres("dbs", 0.54, true, ", error = \"over\", error_mean = 2"));
+    let refusals = |r: &Report| r.tasks.iter().map(|t| t.refused_messages).sum::<u64>();
+    let (_, under_missed) = made(&under);
+    assert!(under_missed > refusals(&under), "an under-predicted job misses even when accepted");
+    assert!(refusals(&over) > refusals(&exact), "over-prediction is refused more");
+    assert!(made(&exact).0 > made(&over).0 && made(&exact).0 > made(&under).0);
+}
+
+#[test]
+fn same_seed_same_windows_whatever_the_error_mode() {
+    // Common random numbers: the error draws are made in every mode, so exact runs with
+    // different modes are identical.
+    let a = run(&randres("dbs", 0.54, true, ", error = \"over\""));
+    let b = run(&randres("dbs", 0.54, true, ", error = \"under\""));
+    assert_eq!(made(&a), made(&b));
+}
+
+#[test]
+fn malformed_randres_is_refused_naming_the_key() {
+    let cases = [
+        (", gap = [34, 26]", "gap must be two whole numbers"),
+        (", need = [6]", "need must be two whole numbers"),
+        (", error = \"sideways\"", "unknown error mode 'sideways'"),
+        (", error_mean = -1", "error_mean -1"),
+        (", mcu = \"0ms\"", "mcu must be greater than 0"),
+        (", reserve = \"ghost\"", "no scheduler named 'ghost'"),
+        (", period = \"1s\"", "unknown key `period` for behaviour kind 'randres'"),
+    ];
+    for (extra, want) in cases {
+        let e = parse_scenario(&randres("dbs", 0.5, false, extra), "bad.toml").unwrap_err().to_string();
+        assert!(e.contains(want) && e.starts_with("bad.toml:12:"), "{extra}: {e}");
+    }
+    let e = parse_scenario(&randres("dbs", 1.0, false, ""), "bad.toml").unwrap_err().to_string();
+    assert!(e.contains("fussiness 1 must be at least 0 and below 1"), "{e}");
+}
+
+// ----- sweeps -----
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vassal-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const SWEEP_BASE: &str = r#"until = "1s"
+[machine]
+cpus = 1
+switch_cost = "0ns"
+[default]
+policy = "fps"
+[[task]]
+name = "p"
+params = { priority = 2 }
+behaviour = { kind = "periodic", period = "10ms", exec = "1ms" }
+[[task]]
+name = "bg"
+params = { priority = 1 }
+behaviour = { kind = "cpu" }
+"#;
+
+#[test]
+fn a_sweep_runs_each_combination_and_finds_the_crossing() {
+    // bg's share is 1 − exec/10ms: 0.9, 0.8, 0.7, 0.6 along x = 1..4; the reference run
+    // (exec 2.5 ms) gives 0.75, crossed at x = 2.5 exactly.
+    let text = format!(
+        r#"{SWEEP_BASE}
+[sweep]
+axes = ["load"]
+[sweep.load]
+a = {{ x = 1, "task.p.behaviour.exec" = "1ms" }}
+b = {{ x = 2, "task.p.behaviour.exec" = "2ms" }}
+c = {{ x = 3, "task.p.behaviour.exec" = "3ms" }}
+d = {{ x = 4, "task.p.behaviour.exec" = "4ms" }}
+[sweep.runs]
+ref = {{ "task.p.behaviour.exec" = "2.5ms" }}
+
+[[expect]]
+id = "t.cross"
+metric = "crossing(load, *:task.bg.cpu_frac, ref:task.bg.cpu_frac)"
+paper = 2.5
+tolerance = 1e-9
+why = "interpolated exactly"
+
+[[expect]]
+id = "t.diff"
+metric = "a:task.bg.cpu_frac - d:task.bg.cpu_frac"
+paper = 0.3
+tolerance = 1e-9
+why = "0.9 - 0.6"
+
+[[expect]]
+id = "t.ratio"
+metric = "d:task.bg.cpu_frac / b:task.bg.cpu_frac"
+paper = 0.75
+tolerance = 1e-9
+why = "0.6 / 0.8"
+
+[[expect]]
+id = "t.never"
+metric = "crossing(load, *:task.p.jobs_missed, ref:task.p.jobs_missed)"
+paper = 0
+tolerance = 0
+why = "never below: NaN, which fails"
+"#
+    );
+    let rows = run_experiment(&write("ok.toml", &text)).unwrap();
+    let v: Vec<(String, f64, bool)> = rows.iter().map(|r| (r.id.clone(), r.ours, r.pass)).collect();
+    assert!(v[0].2 && v[1].2 && v[2].2, "{v:?}");
+    assert!(v[3].1.is_nan() && !v[3].2, "{v:?}");
+}
+
+#[test]
+fn a_bad_sweep_is_refused_naming_what_and_where() {
+    let exp = "\n[[expect]]\nid = \"x\"\nmetric = \"a:task.bg.cpu_frac\"\npaper = 0\ntolerance = 1\nwhy = \"x\"\n";
+    let cases = [
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.nobody.params.priority\" = 1 }\n", "run a: setting 'task.nobody.params.priority': no task named nobody"),
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.p\" = 1 }\n", "cannot replace a whole task"),
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"until.x\" = 1 }\n", "'until' is not a table"),
+        ("[sweep]\naxes = [\"l\"]\n[sweep.m]\na = {}\n", "sweep.m: not an axis"),
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\n\"a.b\" = {}\n", "may not be empty or contain '.'"),
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { x = \"one\" }\n", "x must be a finite number"),
+        // A setting the scenario parser refuses: reported for that run.
+        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.p.behaviour.bogus\" = 1 }\n", "[run a]"),
+    ];
+    for (i, (sweep, want)) in cases.iter().enumerate() {
+        let p = write(&format!("bad{i}.toml"), &format!("{SWEEP_BASE}{sweep}{exp}"));
+        let e = run_experiment(&p).unwrap_err();
+        assert!(e.contains(want) && e.contains(&format!("bad{i}.toml")), "{want}: {e}");
+    }
+    // A metric naming no run.
+    let p = write(
+        "badm.toml",
+        &format!("{SWEEP_BASE}[sweep]\naxes = [\"l\"]\n[sweep.l]\na = {{}}\n{}", exp.replace("a:task", "zz:task")),
+    );
+    let e = run_experiment(&p).unwrap_err();
+    assert!(e.contains("no run named 'zz'"), "{e}");
+}
+
+#[test]
+fn a_script_reserves_from_dbs_and_a_bad_request_is_refused_without_harm() {
+    // s1 reserves 5 ms in [10, 20] ms (relative to the send) and runs; s2's requests are
+    // malformed (need beyond the window; deadline before start) or infeasible, and are
+    // refused; s1's reservation is still served: it runs from 10 ms although the hog and
+    // s2 are runnable.
+    let text = r#"until = "100ms"
+[machine]
+cpus = 1
+switch_cost = "0ns"
+[default]
+name = "sched"
+policy = "dbs"
+[[task]]
+name = "hog"
+behaviour = { kind = "cpu" }
+[[task]]
+name = "s1"
+behaviour = { kind = "script", phases = [
+  { send = { to = "sched", request = "deadline", start = "10ms", need = "5ms", deadline = "20ms" } },
+  { sleep = "10ms" },
+  { run = "5ms" },
+] }
+[[task]]
+name = "s2"
+start = "1ms"
+behaviour = { kind = "script", phases = [
+  { send = { to = "sched", request = "deadline", start = "10ms", need = "11ms", deadline = "20ms" } },
+  { send = { to = "sched", request = "deadline", start = "10ms", need = "1ms", deadline = "5ms" } },
+  { send = { to = "sched", request = "deadline", start = "9ms", need = "6ms", deadline = "19ms" } },
+  { run = "1ms" },
+] }
+"#;
+    let sc = parse_scenario(text, "t.toml").unwrap();
+    let mut sim = vassal_sim::Sim::new(sc).unwrap();
+    sim.record_trace();
+    let (r, trace) = sim.run_traced().unwrap();
+    let s2 = r.task("s2").unwrap();
+    assert_eq!((s2.messages, s2.refused_messages), (3, 3));
+    for why in ["exceeds the window", "not after start", "infeasible"] {
+        assert!(r.log.iter().any(|l| l.contains("s2") && l.contains(why)), "no '{why}' in {:?}", r.log);
+    }
+    let s1 = r.task("s1").unwrap();
+    assert_eq!((s1.messages, s1.refused_messages), (1, 0));
+    // s1 ran its 5 ms within [10, 20] ms, from the start of its reservation.
+    let s1_idx = 1;
+    let ran: Vec<(u64, u64)> = trace.slices.iter().filter(|s| s.task == s1_idx).map(|s| (s.start, s.end)).collect();
+    assert_eq!(ran, vec![(10_000_000, 15_000_000)], "{ran:?}");
+}
