@@ -1,13 +1,14 @@
 //! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
 
 mod bench;
+mod report_cmd;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_sim::repro::{find_experiments, run_experiment, Row};
+use vassal_sim::repro::{find_experiments, run_experiment_full, Row};
 
 #[derive(Parser)]
 #[command(name = "vassal", version, about = "vassal: multi-policy CPU scheduling — simulator, paper reproductions, benchmarks")]
@@ -34,6 +35,10 @@ enum Cmd {
         /// https://ui.perfetto.dev; see docs/trace.md).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Also write an HTML report of the run to FILE: one self-contained page with the
+        /// CPU timeline, shares, latencies and BVT's virtual times (docs/report.md).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
     },
     /// Reproduce the papers' experiments kept under experiments/ (all, or those whose
     /// group, file or row id starts with one of NAMES) and compare with the papers.
@@ -45,6 +50,10 @@ enum Cmd {
         /// Where the experiments are (default: ./experiments, else the source tree's).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Also write an HTML page with every row (paper beside ours) and each
+        /// experiment's figures to FILE (docs/report.md).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
     },
     /// Measure simulator throughput and the cost of one scheduling decision.
     Bench {
@@ -100,7 +109,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, seed, json, until, trace } => {
+        Cmd::Sim { scenario, seed, json, until, trace, report } => {
             let mut sc = vassal_sim::scenario::load_scenario(&scenario).map_err(anyhow::Error::msg)?;
             if let Some(s) = seed {
                 sc.seed = s;
@@ -108,21 +117,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if let Some(u) = until {
                 sc.until = vassal_core::parse_duration(&u).with_context(|| format!("--until {u}"))?;
             }
-            let report = match &trace {
-                None => vassal_sim::simulate(sc)?,
-                Some(file) => {
-                    let mut sim = vassal_sim::Sim::new(sc.clone())?;
-                    sim.record_trace();
-                    let (report, t) = sim.run_traced()?;
-                    let out = vassal_sim::chrome_trace::to_chrome_json(&sc, &report, &t);
-                    std::fs::write(file, out).with_context(|| format!("cannot write the trace to {}", file.display()))?;
-                    report
-                }
+            let report = match (&trace, &report) {
+                (None, None) => vassal_sim::simulate(sc)?,
+                _ => report_cmd::traced(sc, trace.as_deref(), report.as_deref())?,
             };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Repro { names, json, dir } => repro(&names, json, dir),
+        Cmd::Repro { names, json, dir, report } => repro(&names, json, dir, report),
         Cmd::Bench { json, quick } => {
             let b = bench::run(quick)?;
             if json {
@@ -201,21 +203,29 @@ fn experiments_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
     bail!("no experiments directory here; pass --dir")
 }
 
-fn repro(names: &[String], json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
+fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<PathBuf>) -> Result<ExitCode> {
     let dir = experiments_dir(dir)?;
     let files = find_experiments(&dir, names).map_err(anyhow::Error::msg)?;
     if files.is_empty() {
         bail!("no experiment matches {names:?} under {}", dir.display());
     }
     let mut rows: Vec<Row> = Vec::new();
+    let mut runs = Vec::new();
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f).to_string_lossy().replace('\\', "/");
         let file_matches = names.is_empty() || names.iter().any(|n| rel.starts_with(n.as_str()));
-        for row in run_experiment(f).map_err(anyhow::Error::msg)? {
+        let run = run_experiment_full(f, report.is_some()).map_err(anyhow::Error::msg)?;
+        for row in &run.rows {
             if file_matches || names.iter().any(|n| row.id.starts_with(n.as_str())) {
-                rows.push(row);
+                rows.push(row.clone());
             }
         }
+        if report.is_some() {
+            runs.push(run);
+        }
+    }
+    if let Some(file) = &report {
+        report_cmd::repro(&runs, &dir, file)?;
     }
     let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
     let differ: Vec<&Row> = rows.iter().filter(|r| r.known_difference.is_some()).collect();

@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 use vassal_core::{
     Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply,
-    Request, SchedId, Sender, TaskId, TaskState, Wake, SEC,
+    Request, SchedId, Sender, TaskId, TaskState, VirtualTime, Wake, SEC,
 };
 
 use crate::metrics::Metrics;
@@ -210,10 +210,23 @@ pub struct Mark {
 
 /// What happened when, for plots, trace files and metrics over time. Recorded only on
 /// request ([`Sim::record_trace`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Trace {
     pub slices: Vec<Slice>,
     pub marks: Vec<Mark>,
+    /// Virtual times of tasks whose policy keeps them (BVT's A_i and E_i), recorded
+    /// whenever one changes: each value holds until the task's next sample.
+    pub vtimes: Vec<VtSample>,
+}
+
+/// A task's virtual times (see [`vassal_core::VirtualTime`]) from time `at` on, in
+/// virtual ns.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct VtSample {
+    pub at: Ns,
+    pub task: usize,
+    pub actual: f64,
+    pub effective: f64,
 }
 
 /// A simulation of one scenario.
@@ -240,6 +253,8 @@ pub struct Sim {
     trace: Option<Trace>,
     /// Per CPU: the open slice (task, start, decider).
     open: Vec<Option<(usize, Ns, String)>>,
+    /// While tracing: each task's last recorded virtual times.
+    vt_last: Vec<Option<VirtualTime>>,
 }
 
 impl Sim {
@@ -300,6 +315,7 @@ impl Sim {
             checks: false,
             trace: None,
             open: vec![None; n],
+            vt_last: Vec::new(),
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -314,6 +330,21 @@ impl Sim {
     /// Records a [`Trace`] of the run (see [`Sim::run_traced`]).
     pub fn record_trace(&mut self) {
         self.trace = Some(Trace::default());
+        self.vt_last = vec![None; self.tasks.len()];
+    }
+
+    /// While tracing: records the virtual times that changed since the last sample.
+    fn sample_virtual_times(&mut self) {
+        let Some(trace) = &mut self.trace else { return };
+        for (i, t) in self.tasks.iter().enumerate() {
+            let vt = self.disp.virtual_time(t.id);
+            if vt != self.vt_last[i] {
+                if let Some(v) = vt {
+                    trace.vtimes.push(VtSample { at: self.now, task: i, actual: v.actual, effective: v.effective });
+                }
+                self.vt_last[i] = vt;
+            }
+        }
     }
 
     fn mark(&mut self, task: usize, kind: MarkKind) {
@@ -400,6 +431,9 @@ impl Sim {
             self.metrics.events += 1;
             self.handle(e.ev);
             self.flush();
+            if self.trace.is_some() {
+                self.sample_virtual_times();
+            }
             if self.checks {
                 self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
             }

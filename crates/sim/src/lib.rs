@@ -3,11 +3,13 @@
 
 pub mod chrome_trace;
 pub mod engine;
+pub mod html;
 pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod repro;
 pub mod scenario;
+pub mod svg;
 
-pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
+pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;
