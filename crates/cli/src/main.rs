@@ -19,9 +19,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Simulate a scenario file (format: docs/scenario.md) and print its report.
+    /// Simulate a scenario file (format: docs/scenario.md), or an rt-app workload
+    /// (--rt-app, docs/rtapp.md), and print its report.
     Sim {
-        scenario: PathBuf,
+        #[arg(required_unless_present = "rt_app", conflicts_with = "rt_app")]
+        scenario: Option<PathBuf>,
+        /// Simulate an rt-app JSON workload instead of a scenario file (docs/rtapp.md).
+        #[arg(long, value_name = "FILE.json")]
+        rt_app: Option<PathBuf>,
+        /// With --rt-app: the policy kind of the default scheduler, for SCHED_OTHER
+        /// threads (default bvt; see `vassal policies`).
+        #[arg(long)]
+        policy: Option<String>,
+        /// With --rt-app: CPUs of the simulated machine (default: enough for the CPUs
+        /// the threads name, at least 1).
+        #[arg(long)]
+        cpus: Option<u16>,
         /// Seed for every random draw (overrides the scenario's `seed`).
         #[arg(long)]
         seed: Option<u64>,
@@ -109,8 +122,21 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, seed, json, until, trace, report } => {
-            let mut sc = vassal_sim::scenario::load_scenario(&scenario).map_err(anyhow::Error::msg)?;
+        Cmd::Sim { scenario, rt_app, policy, cpus, seed, json, until, trace, report } => {
+            let mut sc = match (&scenario, &rt_app) {
+                (Some(file), _) => {
+                    if policy.is_some() || cpus.is_some() {
+                        bail!("--policy and --cpus go with --rt-app (a scenario file names its policies and CPUs)");
+                    }
+                    vassal_sim::scenario::load_scenario(file).map_err(anyhow::Error::msg)?
+                }
+                (None, Some(file)) => {
+                    let until = until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
+                    let opts = vassal_sim::rtapp::Options { policy, cpus, until };
+                    vassal_sim::rtapp::load_rtapp(file, &opts).map_err(anyhow::Error::msg)?
+                }
+                (None, None) => bail!("give a scenario file or --rt-app FILE.json"),
+            };
             if let Some(s) = seed {
                 sc.seed = s;
             }

@@ -146,6 +146,8 @@ struct SimTask {
     released: u64,
     irqs: VecDeque<Ns>,
     looping: bool,
+    /// During a `RunWall` phase: the real time at which it ends.
+    run_until: Option<Ns>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -291,6 +293,7 @@ impl Sim {
                 released: 0,
                 irqs: VecDeque::new(),
                 looping: false,
+                run_until: None,
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -578,6 +581,10 @@ impl Sim {
         cpu.current = Some(i);
         cpu.slice_end = slice_end;
         let run_from = now.max(cpu.busy_until);
+        if let Some(until) = self.tasks[i].run_until {
+            // a wall-clock run ends at its time, however long the task waited
+            self.tasks[i].remaining = until.saturating_sub(run_from);
+        }
         self.metrics.started(i, run_from);
         self.replan(c);
     }
@@ -854,6 +861,7 @@ impl Sim {
             }
             let phase = &phases[t.phase];
             t.phase += 1;
+            t.run_until = None;
             match phase {
                 Phase::Run(d) => {
                     t.remaining = sample(d, &mut t.rng);
@@ -882,6 +890,24 @@ impl Sim {
                 Phase::Yield => {
                     t.remaining = 0;
                     return Step::Yield;
+                }
+                Phase::RunWall(d) => {
+                    let wall = sample(d, &mut t.rng);
+                    t.remaining = wall;
+                    t.run_until = Some(now.saturating_add(wall));
+                    t.work = Work::Plain;
+                    return Step::Run;
+                }
+                &Phase::RtTimer { period, relative } => {
+                    self.metrics.iteration(i, false, now);
+                    let t = &mut self.tasks[i];
+                    let next = t.timer_target.unwrap_or(now).saturating_add(period);
+                    if now < next {
+                        t.timer_target = Some(next);
+                        return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
+                    }
+                    // late: no sleep (rt-app); relative mode restarts the timer from now
+                    t.timer_target = Some(if relative { now } else { next });
                 }
                 Phase::HandOff { to, sleep } => {
                     let wake_at = now.saturating_add(sample(sleep, &mut t.rng));

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod repro;
+pub mod rtapp;
 pub mod scenario;
 pub mod svg;
 

@@ -93,6 +93,16 @@ pub enum Phase {
     Leave,
     /// Go!'s block(hand_off): sleep for the duration and hand the CPU to the named task.
     HandOff { to: String, sleep: Dist },
+    /// Run until this much real time has passed since the phase began, however much CPU
+    /// that took (rt-app's `runtime` event: a busy loop that watches the clock). Time
+    /// spent preempted counts.
+    RunWall(Dist),
+    /// rt-app's `timer` event: the timer's next expiry is its previous one plus `period`
+    /// (the first one period after the task first reaches a timer phase); the task sleeps
+    /// until then. If that is already past it does not sleep; in `relative` mode the
+    /// timer then restarts from now, in absolute mode it keeps its schedule (and later
+    /// expiries may be past too). Quantised to ticks under the tick clock.
+    RtTimer { period: Ns, relative: bool },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1280,9 +1280,10 @@ impl Builder<'_> {
     }
 }
 
-fn phase_takes_time(p: &Phase) -> bool {
+pub(crate) fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) => positive_mean(d),
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::RunWall(d) => positive_mean(d),
+        Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
         Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,
