@@ -2,6 +2,7 @@
 
 mod bench;
 mod report_cmd;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,6 +76,20 @@ enum Cmd {
         /// A shorter run (for smoke tests); the numbers are noisier.
         #[arg(long)]
         quick: bool,
+    },
+    /// Run a scenario over a grid of parameter values on all cores; write the table (CSV,
+    /// JSON) and an SVG plot (spec format: docs/sweep.md).
+    Sweep {
+        spec: PathBuf,
+        /// Directory for SPEC-NAME.csv, .json and .svg (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Print the table as JSON (and show no progress bar).
+        #[arg(long)]
+        json: bool,
+        /// Runs at a time (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
@@ -162,6 +177,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Bvt { cmd: BvtCmd::Plan { shares, c_mcu, mcu, priorities, warp_limits, json } } => {
             bvt_plan(&shares, c_mcu, &mcu, &priorities, &warp_limits, json)
+        }
+        Cmd::Sweep { spec, out, json, jobs } => {
+            sweep::run(&spec, out, json, jobs)?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Policies => {
             for (k, d) in vassal_policies::kinds() {

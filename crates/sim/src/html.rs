@@ -148,6 +148,7 @@ fn virtual_time_figures(sc: &Scenario, trace: &Trace) -> String {
                 step_to: Some(end),
                 colour: colour(i),
                 dashed: false,
+                markers: false,
             })
             .collect()
     };

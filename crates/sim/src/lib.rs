@@ -11,6 +11,7 @@ pub mod repro;
 pub mod rtapp;
 pub mod scenario;
 pub mod svg;
+pub mod sweep;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;

@@ -98,14 +98,20 @@ impl Frame {
         self.top + self.height - (v - self.y0) / (self.y1 - self.y0) * self.height
     }
     /// Axes, grid lines, tick labels and axis titles.
-    fn axes(&self, o: &mut String, x_label: &str, y_label: &str) {
+    fn axes(&self, o: &mut String, x_label: &str, y_label: &str, x_ticks: Option<&[(f64, String)]>) {
         let (l, t, w, h) = (self.left, self.top, self.width, self.height);
-        let xt = ticks(self.x0, self.x1, 8);
-        let xstep = if xt.len() > 1 { xt[1] - xt[0] } else { 1.0 };
-        for v in &xt {
+        let xt: Vec<(f64, String)> = match x_ticks {
+            Some(given) => given.to_vec(),
+            None => {
+                let xt = ticks(self.x0, self.x1, 8);
+                let xstep = if xt.len() > 1 { xt[1] - xt[0] } else { 1.0 };
+                xt.iter().map(|v| (*v, tick_label(*v, xstep))).collect()
+            }
+        };
+        for (v, text) in &xt {
             let x = self.x(*v);
             let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#e3e3e3"/>"##, n(x), n(t), n(x), n(t + h));
-            let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#, n(x), n(t + h + 14.0), tick_label(*v, xstep));
+            let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#, n(x), n(t + h + 14.0), esc(text));
         }
         let yt = ticks(self.y0, self.y1, 6);
         let ystep = if yt.len() > 1 { yt[1] - yt[0] } else { 1.0 };
@@ -138,6 +144,17 @@ fn open_svg(o: &mut String, w: f64, h: f64, title: &str) {
     );
 }
 
+/// A chart as a standalone .svg file: the SVG namespace (an identifier, not something
+/// fetched) and the text styles the HTML pages give through their CSS.
+pub fn standalone(svg: &str) -> String {
+    let style = "<style>text { font-family: system-ui, sans-serif; } .tick { font-size: 11px; fill: #444; } .axis { font-size: 12px; fill: #222; } .title { font-size: 13px; font-weight: bold; fill: #222; } .legend { font-size: 12px; fill: #222; }</style>";
+    let body = svg.strip_prefix("<svg ").unwrap_or(svg);
+    match body.find('>') {
+        Some(end) => format!("<svg xmlns=\"http://www.w3.org/2000/svg\" {}>{style}{}\n", &body[..end], &body[end + 1..]),
+        None => svg.to_string(),
+    }
+}
+
 /// One line of a [`line_plot`].
 pub struct Series {
     pub name: String,
@@ -147,10 +164,24 @@ pub struct Series {
     pub step_to: Option<f64>,
     pub colour: &'static str,
     pub dashed: bool,
+    /// Mark each point with a dot (for few points, e.g. a sweep).
+    pub markers: bool,
 }
 
 /// A line plot with axes, grid and legend. Points outside [x0, x1] are clipped.
 pub fn line_plot(title: &str, x_label: &str, y_label: &str, x_range: (f64, f64), series: &[Series]) -> String {
+    line_plot_ticks(title, x_label, y_label, x_range, series, None)
+}
+
+/// [`line_plot`] with the x axis labelled at `x_ticks` (value, label) instead of round numbers.
+pub fn line_plot_ticks(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x_range: (f64, f64),
+    series: &[Series],
+    x_ticks: Option<&[(f64, String)]>,
+) -> String {
     let (w, h) = (760.0, 330.0);
     let (x0, x1) = x_range;
     // The y range covers the visible part of every series.
@@ -174,7 +205,7 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, x_range: (f64, f64),
     let mut o = String::new();
     open_svg(&mut o, w, h, title);
     let _ = write!(o, r#"<text x="{}" y="16" class="title">{}</text>"#, n(f.left), esc(title));
-    f.axes(&mut o, x_label, y_label);
+    f.axes(&mut o, x_label, y_label, x_ticks);
     let _ = write!(o, r#"<clipPath id="c{}"><rect x="{}" y="{}" width="{}" height="{}"/></clipPath>"#, clip_id(title), n(f.left), n(f.top), n(f.width), n(f.height));
     for s in series {
         let pts = visible(s, x0, x1);
@@ -193,6 +224,11 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, x_range: (f64, f64),
             clip_id(title),
             esc(&s.name)
         );
+        if s.markers {
+            for &(x, y) in &pts {
+                let _ = write!(o, r#"<circle cx="{}" cy="{}" r="3" fill="{}"><title>{}: {}</title></circle>"#, n(f.x(x)), n(f.y(y)), s.colour, esc(&s.name), crate::html::num(y));
+            }
+        }
     }
     for (k, s) in series.iter().enumerate() {
         let y = f.top + 8.0 + k as f64 * 18.0;
@@ -553,7 +589,7 @@ mod tests {
 
     #[test]
     fn steps_hold_each_value_until_the_next_point() {
-        let s = Series { name: "a".into(), points: vec![(1.0, 5.0), (3.0, 7.0)], step_to: Some(4.0), colour: colour(0), dashed: false };
+        let s = Series { name: "a".into(), points: vec![(1.0, 5.0), (3.0, 7.0)], step_to: Some(4.0), colour: colour(0), dashed: false, markers: false };
         assert_eq!(visible(&s, 0.0, 10.0), vec![(1.0, 5.0), (3.0, 5.0), (3.0, 7.0), (4.0, 7.0)]);
         // clipped at x0: the value holding at x0 starts the line
         assert_eq!(visible(&s, 2.0, 10.0), vec![(2.0, 5.0), (3.0, 5.0), (3.0, 7.0), (4.0, 7.0)]);
