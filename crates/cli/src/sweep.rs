@@ -18,7 +18,7 @@ pub fn run(spec: &Path, out: Option<PathBuf>, json: bool, jobs: Option<usize>) -
     } else {
         let b = ProgressBar::new(total as u64);
         b.set_style(
-            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} runs, {elapsed} elapsed, ~{eta} left")
+            ProgressStyle::with_template("{msg} [{wide_bar}] {pos}/{len} runs, ~{eta} left")
                 .expect("a valid template")
                 .progress_chars("=> "),
         );
