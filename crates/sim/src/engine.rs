@@ -148,6 +148,8 @@ struct SimTask {
     looping: bool,
     /// During a `RunWall` phase: the real time at which it ends.
     run_until: Option<Ns>,
+    /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
+    rt_timers: Vec<Option<Ns>>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -294,6 +296,7 @@ impl Sim {
                 irqs: VecDeque::new(),
                 looping: false,
                 run_until: None,
+                rt_timers: Vec::new(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -898,16 +901,19 @@ impl Sim {
                     t.work = Work::Plain;
                     return Step::Run;
                 }
-                &Phase::RtTimer { period, relative } => {
+                &Phase::RtTimer { period, relative, timer } => {
                     self.metrics.iteration(i, false, now);
                     let t = &mut self.tasks[i];
-                    let next = t.timer_target.unwrap_or(now).saturating_add(period);
+                    if t.rt_timers.len() <= timer {
+                        t.rt_timers.resize(timer + 1, None);
+                    }
+                    let next = t.rt_timers[timer].unwrap_or(now).saturating_add(period);
                     if now < next {
-                        t.timer_target = Some(next);
+                        t.rt_timers[timer] = Some(next);
                         return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
                     }
                     // late: no sleep (rt-app); relative mode restarts the timer from now
-                    t.timer_target = Some(if relative { now } else { next });
+                    t.rt_timers[timer] = Some(if relative { now } else { next });
                 }
                 Phase::HandOff { to, sleep } => {
                     let wake_at = now.saturating_add(sample(sleep, &mut t.rng));

@@ -296,10 +296,14 @@ fn read_events(path: &str, obj: &[(String, Json)], skip: &[&str], out: &mut Vec<
                 }
                 let reference = reference.ok_or_else(|| at(&p, "a timer needs \"ref\""))?;
                 let period = period.ok_or_else(|| at(&p, "a timer needs \"period\" (µs)"))?;
-                if !timers.iter().any(|(r, _)| *r == reference) {
-                    timers.push((reference, p.clone()));
-                }
-                out.push(Phase::RtTimer { period, relative });
+                let timer = match timers.iter().position(|(r, _)| *r == reference) {
+                    Some(k) => k,
+                    None => {
+                        timers.push((reference, p.clone()));
+                        timers.len() - 1
+                    }
+                };
+                out.push(Phase::RtTimer { period, relative, timer });
             }
             _ => {
                 let why = UNSUPPORTED
@@ -521,12 +525,9 @@ pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, S
     }
     let threads = tasks.iter().map(|(n, v)| read_thread(n, v, default_class)).collect::<Result<Vec<_>, _>>()?;
 
-    // Timers: one per thread (the simulator keeps one timer per task), not shared.
+    // Timers: any number per thread, but not shared between threads.
     let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
     for t in &threads {
-        if t.timers.len() > 1 {
-            return Err(at(&t.timers[1].1, format!("a second timer `{}` in one thread is not supported (one timer per thread; this thread uses `{}`)", t.timers[1].0, t.timers[0].0)));
-        }
         for (r, p) in &t.timers {
             let unique = r.starts_with("unique");
             if !unique && t.instances > 1 {

@@ -27,6 +27,7 @@
 //! The last key is set (created if absent) to each value; the resulting scenario is
 //! parsed and validated like a file, so a bad value is reported with its grid point.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -338,10 +339,10 @@ impl Sweep {
         let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..xp.values.len()).map(|i| i as f64).collect());
         let xlabels: Vec<String> = xp.values.iter().map(label).collect();
         // group: the other parameters' labels → x index → values over seeds
-        let mut groups: std::collections::BTreeMap<Vec<(usize, String)>, std::collections::BTreeMap<usize, Vec<f64>>> = Default::default();
-        let mut order: Vec<Vec<(usize, String)>> = Vec::new();
+        let mut groups: BTreeMap<SeriesKey, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
+        let mut order: Vec<SeriesKey> = Vec::new();
         for p in points {
-            let key: Vec<(usize, String)> = p
+            let key: SeriesKey = p
                 .params
                 .iter()
                 .enumerate()
@@ -380,6 +381,9 @@ impl Sweep {
         ))
     }
 }
+
+/// A plot line: the other parameters' (value index, "path = value") pairs.
+type SeriesKey = Vec<(usize, String)>;
 
 /// A parameter value as a number: integers, floats, and durations ("7.5ms", in ms).
 fn as_number(v: &toml::Value) -> Option<f64> {

@@ -128,6 +128,22 @@ fn timer_modes_follow_rt_app() {
     assert_eq!(cpu_ms(&run(parse(&w("absolute")).unwrap()), "t"), 789.0);
 }
 
+/// A thread's timers are separate (rt-app's refs). 1 ms run + timer A (10 ms), 1 ms
+/// run + timer B (20 ms), looping: A starts at 1 ms (expiry 11), B at 12 ms (expiry 32);
+/// from 32 ms on A is always late (relative: restarted, no sleep) and B paces the loop,
+/// every 20 ms: 2 ms + 49 cycles × 2 ms = 100 ms of CPU in 1 s. (One shared timer would
+/// pace it every 30 ms.)
+#[test]
+fn each_timer_ref_is_its_own_timer() {
+    let sc = parse(
+        r#"{ "global": { "duration": 1 }, "tasks": { "t": { "phases": {
+            "a": { "run": 1000, "timer": { "ref": "uniqueA", "period": 10000 } },
+            "b": { "run": 1000, "timer": { "ref": "uniqueB", "period": 20000 } } } } } }"#,
+    )
+    .unwrap();
+    assert_eq!(cpu_ms(&run(sc), "t"), 100.0);
+}
+
 /// SCHED_OTHER priorities are nice values, weighted as Linux CFS weighs them.
 #[test]
 fn nice_values_become_cfs_weights_under_bvt() {
