@@ -1,5 +1,6 @@
 //! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
 
+mod agent_cmd;
 mod bench;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,9 @@ enum Cmd {
         /// Where the experiments are (default: ./experiments, else the source tree's).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Run the real-process experiments on this machine instead (root; docs/agent.md).
+        #[arg(long)]
+        real: bool,
     },
     /// Measure simulator throughput and the cost of one scheduling decision.
     Bench {
@@ -56,6 +60,12 @@ enum Cmd {
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
+    /// The Linux agent (root): broker, dispatcher and guardian (docs/agent.md).
+    Agent(agent_cmd::AgentArgs),
+    /// Start a command under the agent.
+    Run(agent_cmd::RunArgs),
+    /// Talk to the running agent: join, leave, parameters, reservations, messages, lists.
+    Ctl(agent_cmd::CtlArgs),
     /// BVT tools (paper 001).
     Bvt {
         #[command(subcommand)]
@@ -122,7 +132,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Repro { names, json, dir } => repro(&names, json, dir),
+        Cmd::Repro { names, json, real: true, .. } => agent_cmd::repro_real(&names, json),
+        Cmd::Repro { names, json, dir, real: false } => repro(&names, json, dir),
+        Cmd::Agent(a) => agent_cmd::agent(a),
+        Cmd::Run(a) => agent_cmd::run(a),
+        Cmd::Ctl(a) => agent_cmd::ctl(a),
         Cmd::Bench { json, quick } => {
             let b = bench::run(quick)?;
             if json {
