@@ -13,6 +13,7 @@ pub mod client;
 pub mod config;
 pub mod guardian;
 pub mod kernel;
+pub mod real;
 pub mod state;
 pub mod wire;
 pub mod workers;

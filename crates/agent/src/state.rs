@@ -77,6 +77,8 @@ struct Managed {
     threads: Vec<Thread>,
     clock: CpuClock,
     cpu_ns: u64,
+    /// CPU it used that the dispatcher has not been told of yet (see `poll`).
+    unaccounted: u64,
     joined_cpu_ns: u64,
     params: BTreeMap<String, i64>,
     last_cpu: Option<u16>,
@@ -110,6 +112,8 @@ pub struct Agent {
     pub started: Ns,
     /// Errors of kernel calls, counted (a task that vanished mid-call is not an error).
     pub kernel_errors: u64,
+    /// $VASSAL_AGENT_TRACE: a file to log every wake, block and decision to (debugging).
+    trace: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// What went wrong setting the agent up.
@@ -149,6 +153,7 @@ impl Agent {
             passes: 0,
             started: now,
             kernel_errors: 0,
+            trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
         })
     }
 
@@ -222,6 +227,7 @@ impl Agent {
                         threads,
                         clock,
                         cpu_ns,
+                        unaccounted: 0,
                         joined_cpu_ns: cpu_ns,
                         params: params.clone(),
                         last_cpu: None,
@@ -432,6 +438,7 @@ impl Agent {
             let cpu_now = cpu_now.expect("checked");
             let ran = cpu_now.saturating_sub(m.cpu_ns);
             m.cpu_ns = cpu_now;
+            m.unaccounted += ran;
             if m.samples.back().is_none_or(|&(t, _)| now >= t + 100 * MS) {
                 m.samples.push_back((now, cpu_now));
                 while m.samples.len() > 11 {
@@ -440,14 +447,29 @@ impl Agent {
             }
             let rescan = now >= m.rescanned + RESCAN;
             let last_cpu = m.last_cpu;
-            if ran > 0 {
-                let cpu = match self.disp.state(task) {
-                    TaskState::Running(c) => c,
-                    _ => CpuId(last_cpu.unwrap_or(0)),
-                };
-                self.disp.account(now, task, cpu, ran);
+            // CPU used is told to the dispatcher while it has the task running. A task also
+            // runs when the dispatcher does not know it: armed, from its wake until the
+            // next poll; parked, on a CPU nothing else wants. That time is told at its next
+            // dispatch, with the run it started, rather than as a separate run: a policy
+            // charging whole quanta per run (BVT's mcu, §2) would otherwise charge a full
+            // mcu for each sliver. Past one second untold it is told anyway.
+            let unaccounted = m.unaccounted;
+            let cpu = match self.disp.state(task) {
+                TaskState::Running(c) => Some(c),
+                _ if unaccounted >= SEC => Some(CpuId(last_cpu.unwrap_or(0))),
+                _ => None,
+            };
+            if let (Some(cpu), true) = (cpu, unaccounted > 0) {
+                m.unaccounted = 0;
+                self.disp.account(now, task, cpu, unaccounted);
             }
             let st = self.disp.state(task);
+            if let Some(tr) = self.trace.as_mut() {
+                use std::io::Write;
+                if runnable != st.is_runnable() || ran > 0 {
+                    let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
+                }
+            }
             if runnable && st == TaskState::Blocked {
                 self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
                 if let Some(m) = self.tasks.get_mut(&id) {
@@ -531,6 +553,10 @@ impl Agent {
             }
             for (c, why) in resched {
                 let d = self.disp.schedule(now, CpuId(c), why);
+                if let Some(tr) = self.trace.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
+                }
                 self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
                 if let Some(d) = d {
                     if let Some(m) = self.tasks.get_mut(&d.task.0) {

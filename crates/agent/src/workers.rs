@@ -64,6 +64,10 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A handle for a child forked elsewhere (it is killed and reaped on drop).
+    pub fn from_parts(pid: i32, out: SharedBuf) -> Worker {
+        Worker { pid, out, reaped: false }
+    }
     /// Waits for the worker to exit by itself (it always does, by its time limit).
     pub fn wait(&mut self) {
         if !self.reaped {

@@ -333,8 +333,35 @@ fn print_answer(a: &Answer) {
     }
 }
 
-/// `vassal repro --real`: the real-process experiments (vassal_agent::real).
+/// `vassal repro --real`: the real-process experiments (vassal_agent::real), printed in
+/// `vassal repro`'s row format.
 pub fn repro_real(names: &[String], json: bool) -> Result<ExitCode> {
-    let _ = (names, json);
-    bail!("vassal repro --real: not yet implemented")
+    let exe = std::env::current_exe().context("cannot find the vassal binary")?;
+    let rows = vassal_agent::real::run(&exe, names).map_err(anyhow::Error::msg)?;
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    if json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id,
+                    "paper": if r.paper.is_finite() { serde_json::json!(r.paper) } else { serde_json::Value::Null },
+                    "ours": r.ours,
+                    "tolerance": if r.tolerance.is_finite() { serde_json::json!(r.tolerance) } else { serde_json::Value::Null },
+                    "pass": r.pass,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{:<44} {:>12} {:>12} {:>10}  result", "id", "paper", "ours", "tolerance");
+        for r in &rows {
+            let result = if r.tolerance.is_infinite() { "baseline" } else if r.pass { "pass" } else { "FAIL" };
+            let paper = if r.paper.is_finite() { format!("{:.4}", r.paper) } else { "-".into() };
+            let tol = if r.tolerance.is_finite() { format!("{:.4}", r.tolerance) } else { "-".into() };
+            println!("{:<44} {:>12} {:>12.4} {:>10}  {result}  {}", r.id, paper, r.ours, tol, r.why);
+        }
+        println!("\n{} rows: {} with a target pass, {} fail, {} kernel baselines", rows.len(), rows.iter().filter(|r| r.pass && r.tolerance.is_finite()).count(), failed, rows.iter().filter(|r| r.tolerance.is_infinite()).count());
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
