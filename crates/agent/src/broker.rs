@@ -70,13 +70,17 @@ impl Shared {
     }
 
     fn with_agent_inner<R>(&self, f: impl FnOnce(&mut Agent) -> R) -> R {
+        let before = kernel::get_sched(0).ok();
         let raised = kernel::set_self(self.ceiling_prio).is_ok();
         let r = {
             let mut g = lock(&self.agent);
             f(&mut g)
         };
         if raised {
-            let _ = kernel::set_self(0);
+            let _ = match before {
+                Some(s) if s.policy & !kernel::RESET_ON_FORK == libc::SCHED_FIFO => kernel::set_self(s.prio),
+                _ => kernel::set_self(0),
+            };
         }
         self.wake.notify_one();
         r
@@ -237,7 +241,13 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                 None => None,
                 Some(n) => Some(a.lookup(&n).ok_or_else(|| format!("no scheduler named '{n}'"))?),
             };
-            Ok(a.message(now(), sched, pid, caller.uid, &request.to_request()))
+            let n = now();
+            let req = match request {
+                WireRequest::SetAt { at_ns } if at_ns <= n => return Err(format!("time {at_ns} ns is already past (now {n} ns)")),
+                WireRequest::SetAt { at_ns } => Request::Set { delay: at_ns - n },
+                r => r.to_request(),
+            };
+            Ok(a.message(n, sched, pid, caller.uid, &req))
         }),
         Call::Hierarchy => shared.run(|a| Ok(a.hierarchy())),
         Call::Tasks => shared.run(|a| Ok(Answer::Tasks { tasks: a.task_rows() })),

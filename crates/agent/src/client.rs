@@ -17,13 +17,13 @@
 //! # Ok::<(), vassal_agent::client::ClientError>(())
 //! ```
 //!
-//! `wake_at` sends SET(next − now) to the task's scheduler and then sleeps on an absolute
+//! `wake_at` sends SET for `next` (as `set_at`; the broker makes it SET(next − now)) to the task's scheduler and then sleeps on an absolute
 //! CLOCK_MONOTONIC timer until `next`. The scheduler arms an event `lead` before the
 //! target; the agent keeps the sleeping task armed at its running priority, so the
 //! kernel runs it the instant its timer fires.
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
 use vassal_core::Ns;
@@ -63,15 +63,18 @@ impl From<io::Error> for ClientError {
 
 /// A connection to the agent.
 pub struct Client {
-    reader: BufReader<UnixStream>,
-    out: UnixStream,
+    sock: UnixStream,
+    /// Bytes received and not yet consumed as reply lines.
+    inbuf: Vec<u8>,
+    /// Replies still owed for SETs sent by `wake_at` without waiting.
+    pending: usize,
     pid: i32,
 }
 
 impl Client {
     pub fn connect(path: &str) -> Result<Client, ClientError> {
         let s = UnixStream::connect(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-        Ok(Client { out: s.try_clone()?, reader: BufReader::new(s), pid: std::process::id() as i32 })
+        Ok(Client { sock: s, inbuf: Vec::new(), pending: 0, pid: std::process::id() as i32 })
     }
 
     /// Connects to $VASSAL_SOCKET, else /run/vassal.sock.
@@ -80,14 +83,50 @@ impl Client {
         Client::connect(&path)
     }
 
+    /// The next reply line; `wait = false`: None if none has fully arrived.
+    fn next_reply(&mut self, wait: bool) -> Result<Option<Answer>, ClientError> {
+        loop {
+            if let Some(pos) = self.inbuf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.inbuf.drain(..=pos).collect();
+                let text = String::from_utf8_lossy(&line);
+                return serde_json::from_str(text.trim_end()).map(Some).map_err(|e| ClientError::Protocol(format!("{e}: {text}")));
+            }
+            let mut tmp = [0u8; 4096];
+            self.sock.set_nonblocking(!wait)?;
+            let r = self.sock.read(&mut tmp);
+            self.sock.set_nonblocking(false)?;
+            match r {
+                Ok(0) => return Err(ClientError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the agent closed the connection"))),
+                Ok(n) => self.inbuf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Collects the replies to SETs sent without waiting; the first refusal is returned.
+    fn settle_pending(&mut self, wait: bool) -> Result<(), ClientError> {
+        let mut first_err = None;
+        while self.pending > 0 {
+            match self.next_reply(wait)? {
+                None => break,
+                Some(a) => {
+                    self.pending -= 1;
+                    if let (Answer::Refused { reason } | Answer::Error { message: reason }, None) = (a, &first_err) {
+                        first_err = Some(ClientError::Refused(reason));
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Sends one call and reads its answer (refusals come back as `Ok(Answer::Refused)`).
     pub fn call(&mut self, call: &Call) -> Result<Answer, ClientError> {
-        self.out.write_all(wire::encode(call).as_bytes())?;
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(ClientError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the agent closed the connection")));
-        }
-        serde_json::from_str(line.trim_end()).map_err(|e| ClientError::Protocol(format!("{e}: {line}")))
+        self.settle_pending(true)?;
+        self.sock.write_all(wire::encode(call).as_bytes())?;
+        self.next_reply(true)?.ok_or_else(|| ClientError::Protocol("no reply".into()))
     }
 
     /// Like `call`, with refusals and errors as `Err`.
@@ -118,11 +157,23 @@ impl Client {
         self.message(None, self.pid, WireRequest::Set { delay_ns: delay }).map(|_| ())
     }
 
-    /// SET for the absolute CLOCK_MONOTONIC time `at`, then sleep until `at`.
+    /// SET for the absolute CLOCK_MONOTONIC time `at`, then sleep until `at`. A time
+    /// already past returns at once (the caller is late: it catches up).
+    ///
+    /// The SET is sent without waiting for its reply, which is collected at the next
+    /// call (a refusal of an earlier SET is returned then): once it has asked for a time
+    /// the task is ineligible (paper 000 §5), so the agent parks it — waiting for the
+    /// reply, it could not even get to its sleep under load. Sleeping on its own timer,
+    /// it is armed at its running priority and runs the instant the timer fires.
     pub fn wake_at(&mut self, at: Ns) -> Result<(), ClientError> {
-        let now = kernel::now_ns();
-        if at > now {
-            self.set(at - now)?;
+        match self.settle_pending(false) {
+            Err(ClientError::Refused(r)) if r.contains("already past") => {}
+            r => r?,
+        }
+        if at > kernel::now_ns() {
+            let call = Call::Message { sched: None, pid: self.pid, request: WireRequest::SetAt { at_ns: at } };
+            self.sock.write_all(wire::encode(&call).as_bytes())?;
+            self.pending += 1;
             kernel::sleep_until(at);
             while kernel::now_ns() < at {
                 kernel::sleep_until(at);

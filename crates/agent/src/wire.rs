@@ -73,6 +73,10 @@ pub enum Call {
 pub enum WireRequest {
     /// Vassal §5: run me `delay_ns` from now.
     Set { delay_ns: Ns },
+    /// SET for an absolute CLOCK_MONOTONIC time: the broker turns it into `Set` with the
+    /// delay from the instant it hands the request to the scheduler, so the time the
+    /// message spent in transit is not added to the target (refused if already past).
+    SetAt { at_ns: Ns },
     Warp { on: bool },
     Param { name: String, value: i64 },
     Reserve { util: f64, period_ns: Ns },
@@ -87,6 +91,8 @@ impl WireRequest {
     pub fn to_request(&self) -> Request {
         match self {
             WireRequest::Set { delay_ns } => Request::Set { delay: *delay_ns },
+            // `Agent::message` resolves SetAt against its clock before this is used.
+            WireRequest::SetAt { .. } => Request::Set { delay: 0 },
             WireRequest::Warp { on } => Request::Warp { on: *on },
             WireRequest::Param { name, value } => Request::Param { name: name.clone(), value: *value },
             WireRequest::Reserve { util, period_ns } => Request::Reserve { util: *util, period: *period_ns },
