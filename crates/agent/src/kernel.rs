@@ -7,7 +7,7 @@
 //! crates. Nothing else in the agent calls `libc` for scheduling.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::os::fd::AsRawFd;
 
 /// The `SCHED_RESET_ON_FORK` flag: children of a raised task start at SCHED_OTHER, so a
@@ -156,21 +156,23 @@ pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
 /// open/close per poll) — the polling event source.
 pub struct StatFile {
     file: File,
-    buf: Vec<u8>,
+    buf: [u8; 1024],
 }
 
 impl StatFile {
     pub fn open(pid: i32) -> io::Result<StatFile> {
-        Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, buf: Vec::with_capacity(512) })
+        Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, buf: [0; 1024] })
     }
     /// The state letter (R running/runnable, S, D, T, Z, ...). An error or 'Z'/'X' means
     /// the process is gone.
     pub fn state(&mut self) -> io::Result<u8> {
-        self.buf.clear();
-        self.file.seek(SeekFrom::Start(0))?;
-        self.file.read_to_end(&mut self.buf)?;
-        let close = self.buf.iter().rposition(|&b| b == b')').ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
-        self.buf.get(close + 2).copied().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+        // One pread at offset 0 regenerates the line (no seek, no size probe, no second
+        // read for end of file: the line is far shorter than the buffer).
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(&mut self.buf, 0)?;
+        let line = &self.buf[..n];
+        let close = line.iter().rposition(|&b| b == b')').ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
+        line.get(close + 2).copied().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
     }
 }
 

@@ -49,7 +49,7 @@ use crate::kernel::{self, CpuClock, Mask, StatFile, RESET_ON_FORK};
 use crate::wire::{Answer, SchedRow, TaskRow};
 
 /// How often the threads of a managed process are re-listed.
-pub const RESCAN: Ns = 100 * MS;
+pub const RESCAN: Ns = 250 * MS;
 /// Latency samples kept per task.
 const LAT_SAMPLES: usize = 1024;
 
