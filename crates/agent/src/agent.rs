@@ -4,8 +4,9 @@
 //! Threads and processes:
 //! - **guardian** (a process, SCHED_FIFO `guardian_priority`): see [`crate::guardian`];
 //! - **dispatcher** (a thread, SCHED_FIFO `dispatcher_priority`, memory locked, timer
-//!   slack 1 ns): runs [`Agent::pass`] every tick and at every scheduler event and slice
-//!   end (absolute CLOCK_MONOTONIC deadlines), and checks that the guardian lives;
+//!   slack 1 ns): runs [`Agent::pass`] every tick and at every scheduler event (absolute
+//!   CLOCK_MONOTONIC deadlines; slice ends are checked at those passes), and checks at
+//!   every tick that the guardian lives;
 //! - **broker** (an accept thread and one thread per client, SCHED_OTHER): [`crate::broker`];
 //! - the main thread waits for SIGTERM/SIGINT, then restores every managed task and exits.
 //!
@@ -104,14 +105,17 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
             return;
         }
         let now = kernel::now_ns();
+        let tick_due = now >= g.next_tick;
         g.pass(now);
-        if !guardian.alive() {
+        if tick_due && !guardian.alive() {
             eprintln!("vassal agent: the guardian died; restoring every managed task and exiting");
             g.restore_all(now);
             let _ = std::fs::remove_file(&g.cfg.socket);
             std::process::exit(1);
         }
-        shared.dispatcher_cpu_ns.store(kernel::thread_cpu_ns(), Ordering::Relaxed);
+        if tick_due {
+            shared.dispatcher_cpu_ns.store(kernel::thread_cpu_ns(), Ordering::Relaxed);
+        }
         let deadline = g.next_deadline();
         let now = kernel::now_ns();
         if deadline > now {
