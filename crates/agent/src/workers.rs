@@ -129,7 +129,7 @@ pub fn hog(until: u64) -> io::Result<Worker> {
         let mut n = 0u64;
         while kernel::now_ns() < until {
             n += 1;
-            if n % 1024 == 0 {
+            if n.is_multiple_of(1024) {
                 out.set(0, n);
             }
         }
