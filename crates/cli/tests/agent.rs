@@ -428,3 +428,33 @@ fn malformed_calls_get_an_error_and_the_agent_keeps_serving() {
     assert!(c.message(None, sleeper.pid, WireRequest::Avail).is_err(), "not managed, so refused");
     drop(sleeper);
 }
+
+#[test]
+fn a_task_over_its_warp_limit_is_demoted() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let ncpus = kernel::online_cpus() as usize;
+    let agent = AgentProc::start("");
+    let until = now_ns() + 5 * SEC;
+    // A warped task that never blocks (BVT Table 5's rt "failing into an infinite
+    // loop"), warp limit 10 ms, among hogs: one per CPU and one more.
+    let looping = workers::hog(until).unwrap();
+    let hogs: Vec<Worker> = (0..ncpus).map(|_| workers::hog(until).unwrap()).collect();
+    let mut c = agent.client();
+    join(&mut c, looping.pid, &[("warp", SEC as i64), ("warp_limit", 10 * MS as i64), ("unwarp", SEC as i64)]);
+    for h in &hogs {
+        join(&mut c, h.pid, &[]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let clock = kernel::CpuClock::of_process(looping.pid).unwrap();
+    let (c0, t0) = (clock.read().unwrap(), now_ns());
+    std::thread::sleep(Duration::from_millis(1000));
+    let share = (clock.read().unwrap() - c0) as f64 / (now_ns() - t0) as f64;
+    drop(hogs);
+    eprintln!("looping warped task's share of a CPU after its warp limit: {share:.3} (fair share {:.3})", ncpus as f64 / (ncpus + 1) as f64);
+    // Left at its real-time priority it would hold a CPU (95% under RT throttling);
+    // unwarped at the limit, BVT gives it its weighted share, ncpus/(ncpus+1) of a CPU.
+    assert!(share < 0.85, "a task past its warp limit kept its CPU (share {share:.3})");
+}
