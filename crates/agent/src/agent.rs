@@ -52,6 +52,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         set
     };
     kernel::mlockall().map_err(|e| format!("mlockall: {e}"))?;
+    let wchan = kernel::use_wchan();
     let now = kernel::now_ns();
     let agent = Agent::new(cfg.clone(), ledger, now)?;
     let _ = std::fs::remove_file(&cfg.socket);
@@ -74,10 +75,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .spawn(move || broker::serve(listener, sh))
         .map_err(|e| e.to_string())?;
     eprintln!(
-        "vassal agent: serving {} (tick {}, {} CPUs, guardian running)",
+        "vassal agent: serving {} (tick {}, {} CPUs, guardian running, runnability from /proc/TID/{})",
         cfg.socket,
         vassal_core::fmt_duration(cfg.tick),
-        kernel::online_cpus()
+        kernel::online_cpus(),
+        if wchan { "wchan" } else { "stat" }
     );
 
     let mut sig = 0;

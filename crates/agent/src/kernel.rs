@@ -156,12 +156,41 @@ pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
 /// open/close per poll) — the polling event source.
 pub struct StatFile {
     file: File,
+    /// /proc/TID/wchan, when this kernel names the function a blocked task sleeps in
+    /// (see [`use_wchan`]): "0" exactly when the task is runnable. Reading it costs ~2.5 µs
+    /// for a runnable task against ~8 µs for the stat line (measured on the VM).
+    wchan: Option<File>,
     buf: [u8; 1024],
+}
+
+static WCHAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Checks once that /proc/TID/wchan names the sleeping function of a blocked thread (some
+/// kernels print "0" for every task); if so, [`StatFile::runnable`] uses it. Returns
+/// whether it does.
+pub fn use_wchan() -> bool {
+    let (tx, rx) = std::sync::mpsc::channel::<i32>();
+    let t = std::thread::spawn(move || {
+        let _ = tx.send(gettid());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    });
+    let ok = rx.recv().ok().is_some_and(|tid| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::read_to_string(format!("/proc/{tid}/wchan")).is_ok_and(|w| !w.trim().is_empty() && w.trim() != "0")
+    });
+    let _ = t.join();
+    WCHAN.store(ok, std::sync::atomic::Ordering::Relaxed);
+    ok
 }
 
 impl StatFile {
     pub fn open(pid: i32) -> io::Result<StatFile> {
-        Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, buf: [0; 1024] })
+        let wchan = if WCHAN.load(std::sync::atomic::Ordering::Relaxed) {
+            Some(File::open(format!("/proc/{pid}/wchan"))?)
+        } else {
+            None
+        };
+        Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, wchan, buf: [0; 1024] })
     }
     /// The state letter (R running/runnable, S, D, T, Z, ...). An error or 'Z'/'X' means
     /// the process is gone.
@@ -173,6 +202,18 @@ impl StatFile {
         let line = &self.buf[..n];
         let close = line.iter().rposition(|&b| b == b')').ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
         line.get(close + 2).copied().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+    }
+    /// Whether the thread is runnable (running or waiting for a CPU). A zombie may look
+    /// runnable through wchan: callers check [`StatFile::state`] now and then.
+    pub fn runnable(&mut self) -> io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        match &self.wchan {
+            Some(w) => {
+                let n = w.read_at(&mut self.buf, 0)?;
+                Ok(self.buf[..n].trim_ascii() == b"0")
+            }
+            None => Ok(self.state()? == b'R'),
+        }
     }
 }
 
@@ -280,6 +321,7 @@ mod tests {
         assert!(s.affinity.iter().any(|&w| w != 0));
         let mut st = StatFile::open(gettid()).unwrap();
         assert_eq!(st.state().unwrap(), b'R');
+        assert!(st.runnable().unwrap());
         assert!(start_time(me).unwrap() > 0);
         assert!(CpuClock::of_process(me).unwrap().read().unwrap() > 0);
         assert!(threads(me).unwrap().contains(&me));

@@ -72,6 +72,12 @@ struct Thread {
     applied: KState,
 }
 
+impl Thread {
+    fn runnable(&mut self) -> std::io::Result<bool> {
+        self.stat.runnable()
+    }
+}
+
 struct Managed {
     pid: i32,
     uid: u32,
@@ -421,14 +427,20 @@ impl Agent {
         for id in ids {
             let task = TaskId(id);
             let m = self.tasks.get_mut(&id).expect("listed");
-            // Runnable if any thread is; gone if the main thread is.
+            // Runnable if any thread is; gone if the main thread is (its stat line is read
+            // at each rescan: through wchan a zombie would look runnable).
+            let rescan = now >= m.rescanned + RESCAN;
             let mut runnable = false;
             let mut gone = false;
             for (i, t) in m.threads.iter_mut().enumerate() {
-                match t.stat.state() {
-                    Ok(b'R') => runnable = true,
-                    Ok(b'Z' | b'X') | Err(_) if i == 0 && t.tid == m.pid => gone = true,
-                    _ => {}
+                let main = i == 0 && t.tid == m.pid;
+                match t.runnable() {
+                    Ok(r) => runnable |= r,
+                    Err(_) if main => gone = true,
+                    Err(_) => {}
+                }
+                if main && rescan && matches!(t.stat.state(), Ok(b'Z' | b'X') | Err(_)) {
+                    gone = true;
                 }
             }
             let cpu_now = m.clock.read();
@@ -446,7 +458,6 @@ impl Agent {
                     m.samples.pop_front();
                 }
             }
-            let rescan = now >= m.rescanned + RESCAN;
             let last_cpu = m.last_cpu;
             // CPU used is told to the dispatcher while it has the task running. A task also
             // runs when the dispatcher does not know it: armed, from its wake until the
