@@ -259,6 +259,10 @@ impl Agent {
     fn adopt_thread(&mut self, tid: i32) -> Result<Thread, String> {
         let start = kernel::start_time(tid).map_err(|e| e.to_string())?;
         let saved = kernel::get_sched(tid).map_err(|e| e.to_string())?;
+        // SCHED_DEADLINE parameters cannot be saved and restored with sched_setscheduler.
+        if saved.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
+            return Err("a SCHED_DEADLINE thread cannot be managed".into());
+        }
         let stat = StatFile::open(tid).map_err(|e| e.to_string())?;
         let slot = self.ledger.save(tid, start, &saved).ok_or("the guardian's ledger is full")?;
         Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched })
