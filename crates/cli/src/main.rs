@@ -1,5 +1,6 @@
 //! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
 
+mod agent_cmd;
 mod bench;
 mod report_cmd;
 mod sweep;
@@ -68,6 +69,9 @@ enum Cmd {
         /// experiment's figures to FILE (docs/report.md).
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Run the real-process experiments on this machine instead (root; docs/agent.md).
+        #[arg(long)]
+        real: bool,
     },
     /// Run every variant of a sweep experiment (an experiment file with [[axis]], see
     /// docs/repro.md) and print its [[show]] tables.
@@ -102,6 +106,12 @@ enum Cmd {
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
+    /// The Linux agent (root): broker, dispatcher and guardian (docs/agent.md).
+    Agent(agent_cmd::AgentArgs),
+    /// Start a command under the agent.
+    Run(agent_cmd::RunArgs),
+    /// Talk to the running agent: join, leave, parameters, reservations, messages, lists.
+    Ctl(agent_cmd::CtlArgs),
     /// BVT tools (paper 001).
     Bvt {
         #[command(subcommand)]
@@ -174,7 +184,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Repro { names, json, dir, report } => repro(&names, json, dir, report),
+        Cmd::Repro { names, json, real: true, .. } => agent_cmd::repro_real(&names, json),
+        Cmd::Repro { names, json, dir, report, real: false } => repro(&names, json, dir, report),
         Cmd::Sweep { file, variant } => {
             let sweep = vassal_sim::sweep::load(&file).map_err(anyhow::Error::msg)?;
             if let Some(name) = variant {
@@ -185,6 +196,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", sweep.tables(&reports).map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Agent(a) => agent_cmd::agent(a),
+        Cmd::Run(a) => agent_cmd::run(a),
+        Cmd::Ctl(a) => agent_cmd::ctl(a),
         Cmd::Bench { json, quick } => {
             let b = bench::run(quick)?;
             if json {
