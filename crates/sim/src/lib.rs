@@ -5,6 +5,7 @@ pub mod chrome_trace;
 pub mod engine;
 pub mod metrics;
 pub mod model;
+pub mod modules;
 pub mod report;
 pub mod repro;
 pub mod rtserver_repro;
