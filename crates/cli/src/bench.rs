@@ -19,6 +19,62 @@ pub struct Bench {
     pub events_per_sec: f64,
     /// policy → size → ns per decision
     pub decision_ns: BTreeMap<String, BTreeMap<usize, f64>>,
+    /// Loaded BVT module against built-in BVT: size → (built-in ns, module ns); None when
+    /// the module is not built (sdk/ needs the wasm32 target).
+    pub module_bvt: Option<BTreeMap<usize, (f64, f64)>>,
+}
+
+/// Sizes of the loaded-versus-built-in comparison.
+pub const MODULE_SIZES: [usize; 2] = [10, 1_000];
+
+/// Where the SDK's BVT module is built (scripts/test.sh builds it).
+fn bvt_module_path() -> Option<std::path::PathBuf> {
+    let rel = "sdk/target/wasm32-unknown-unknown/release/vassal_module_bvt.wasm";
+    let candidates = [std::path::PathBuf::from(rel), std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)];
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The cost of one decision (as in `decision_cost`) with BVT *loaded above* a round-robin
+/// default that has no tasks of its own — Vassal's Table 1 setting — either as the
+/// built-in policy or as the SDK's BVT module (the same source compiled to WebAssembly,
+/// run by wasmi). `n` runnable tasks joined the BVT scheduler.
+fn loaded_bvt_cost(module: Option<&std::path::Path>, n: usize, iters: u32) -> Result<f64> {
+    use vassal_core::{Position, Request, Sender, Usage};
+    let rr = vassal_policies::build("rr", &BTreeMap::new()).map_err(anyhow::Error::msg)?;
+    let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
+    let usage = Usage::Reserved { cpu_ppm: 500_000 };
+    let bvt = match module {
+        None => vassal_policies::build("bvt", &BTreeMap::new()).map_err(anyhow::Error::msg)?,
+        Some(path) => {
+            let opts = vassal_module::LoadOptions::default();
+            Box::new(vassal_module::WasmPolicy::from_file(path, 1, &opts.params, opts.limits)?)
+        }
+    };
+    let id = d.register("bvt", bvt, usage, Position::Top)?;
+    for i in 0..n {
+        let mut p = TaskParams::new();
+        p.insert("weight".into(), 1 + (i % 4) as i64);
+        let t = d.add_task(0, p, CpuSet::first(1), None, true);
+        let reply = d.message(0, id, Sender::ROOT, t, &Request::Join);
+        anyhow::ensure!(reply.is_ok(), "join refused: {reply:?}");
+    }
+    let mut fx = Vec::new();
+    let cpu = CpuId(0);
+    let mut now = 0;
+    let mut cur = d.schedule(now, cpu, Preempt::Resched).map(|x| x.task);
+    d.drain_effects(&mut fx);
+    let start = Instant::now();
+    for _ in 0..iters {
+        now += MS;
+        if let Some(t) = cur {
+            d.account(now, t, cpu, MS);
+        }
+        cur = d.schedule(now, cpu, Preempt::SliceExpired).map(|x| x.task);
+        d.drain_effects(&mut fx);
+    }
+    let ns = start.elapsed().as_nanos() as f64 / iters as f64;
+    anyhow::ensure!(d.schedulers()[0].decided >= iters as u64, "the BVT scheduler did not make the decisions");
+    Ok(ns)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -123,7 +179,23 @@ pub fn run(quick: bool) -> Result<Bench> {
         }
         decision_ns.insert(kind.to_string(), by_size);
     }
-    Ok(Bench { events, events_per_sec: median(rates), decision_ns })
+    let module_bvt = match bvt_module_path() {
+        None => None,
+        Some(path) => {
+            let mut m = BTreeMap::new();
+            for n in MODULE_SIZES {
+                // Interleaved, so a change in machine load hits both sides alike.
+                let (mut b, mut w) = (Vec::new(), Vec::new());
+                for _ in 0..reps {
+                    b.push(loaded_bvt_cost(None, n, iters)?);
+                    w.push(loaded_bvt_cost(Some(&path), n, iters)?);
+                }
+                m.insert(n, (median(b), median(w)));
+            }
+            Some(m)
+        }
+    };
+    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_bvt })
 }
 
 impl Bench {
@@ -135,7 +207,15 @@ impl Bench {
     pub fn json(&self) -> serde_json::Value {
         let d: serde_json::Map<String, serde_json::Value> =
             SIZES.iter().map(|n| (n.to_string(), serde_json::json!((self.worst(*n) * 10.0).round() / 10.0))).collect();
-        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d })
+        let m: Option<serde_json::Map<String, serde_json::Value>> = self.module_bvt.as_ref().map(|m| {
+            m.iter()
+                .map(|(n, (b, w))| {
+                    let r = |x: f64| (x * 10.0).round() / 10.0;
+                    (n.to_string(), serde_json::json!({ "builtin": r(*b), "module": r(*w), "ratio": (w / b * 100.0).round() / 100.0 }))
+                })
+                .collect()
+        });
+        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d, "module_bvt_ns": m })
     }
 
     pub fn table(&self) -> String {
@@ -147,6 +227,18 @@ impl Bench {
             let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", k, m[&10], m[&1000], m[&100_000], m[&100_000] / m[&10]);
         }
         let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", "worst", self.worst(10), self.worst(1000), self.worst(100_000), self.worst(100_000) / self.worst(10));
+        let _ = writeln!(o, "\nloaded BVT (above an idle rr default): ns per decision, built-in vs the SDK's BVT module (wasmi)");
+        match &self.module_bvt {
+            None => {
+                let _ = writeln!(o, "  (module not built: cargo build --release --target wasm32-unknown-unknown --manifest-path sdk/Cargo.toml)");
+            }
+            Some(m) => {
+                let _ = writeln!(o, "{:<8} {:>10} {:>10} {:>10}", "tasks", "built-in", "module", "ratio");
+                for (n, (b, w)) in m {
+                    let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>9.2}x", n, b, w, w / b);
+                }
+            }
+        }
         o
     }
 }
