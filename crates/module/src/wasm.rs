@@ -291,8 +291,10 @@ fn describe_error(e: &wasmi::Error, limits: &Limits, memory_denied: bool) -> Str
     if memory_denied {
         return format!("exceeded its memory limit ({} bytes)", limits.memory_bytes);
     }
+    // A fuel check that fails before the call starts is an error, not a trap.
+    let out_of_fuel = e.as_trap_code() == Some(wasmi::TrapCode::OutOfFuel) || e.to_string().contains("out of fuel");
     match e.as_trap_code() {
-        Some(wasmi::TrapCode::OutOfFuel) => {
+        _ if out_of_fuel => {
             format!("ran past its time budget ({} fuel units in one call)", limits.fuel_per_call)
         }
         Some(code) => format!("trapped: {code}"),
@@ -365,12 +367,12 @@ impl WasmPolicy {
             };
         }
         let abi: TypedFunc<(), i32> = req!("vassal_abi");
-        let version = abi.call(&mut store, ()).map_err(|e| LoadError::Abi(e.to_string()))?;
+        let version = abi.call(&mut store, ()).map_err(|e| LoadError::Init(describe_error(&e, &limits, false)))?;
         if version != ABI_VERSION {
             return Err(LoadError::Abi(format!("it speaks ABI version {version}, the host speaks {ABI_VERSION}")));
         }
         let mailbox_f: TypedFunc<(), i32> = req!("vassal_mailbox");
-        let mailbox = mailbox_f.call(&mut store, ()).map_err(|e| LoadError::Abi(e.to_string()))?;
+        let mailbox = mailbox_f.call(&mut store, ()).map_err(|e| LoadError::Init(describe_error(&e, &limits, false)))?;
         let init: TypedFunc<(i32, i32), i32> = req!("vassal_init");
         let usage_kind: TypedFunc<(), i32> = req!("vassal_usage_kind");
         let usage_ppm: TypedFunc<(), i64> = req!("vassal_usage_ppm");
