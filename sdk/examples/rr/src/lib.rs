@@ -13,7 +13,7 @@
 //! Parameters: `quantum` (duration), `reserved` (the CPU share declared to the hierarchy,
 //! in CPUs; default 0.5).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use vassal_sdk::*;
 
 struct Rr {
@@ -21,11 +21,25 @@ struct Rr {
     queue: VecDeque<TaskId>,
     /// Quantum used so far by each attached task.
     used: BTreeMap<TaskId, Ns>,
+    /// The tasks in `queue` (so that removing one that is not queued costs no scan).
+    queued: BTreeSet<TaskId>,
 }
 
 impl Rr {
     fn remove(&mut self, t: TaskId) {
-        self.queue.retain(|&q| q != t);
+        if self.queued.remove(&t) {
+            self.queue.retain(|&q| q != t);
+        }
+    }
+    fn push_back(&mut self, t: TaskId) {
+        if self.queued.insert(t) {
+            self.queue.push_back(t);
+        }
+    }
+    fn push_front(&mut self, t: TaskId) {
+        if self.queued.insert(t) {
+            self.queue.push_front(t);
+        }
     }
 }
 
@@ -36,7 +50,7 @@ impl Policy for Rr {
     fn on_attach(&mut self, _ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         self.used.insert(task, 0);
         if info.state == TaskState::Runnable {
-            self.queue.push_back(task);
+            self.push_back(task);
         }
         Ok(())
     }
@@ -47,7 +61,7 @@ impl Policy for Rr {
     fn on_wake(&mut self, _ctx: &mut Ctx, task: TaskId, _wake: Wake) {
         if let Some(u) = self.used.get_mut(&task) {
             *u = 0;
-            self.queue.push_back(task);
+            self.push_back(task);
         }
     }
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
@@ -65,22 +79,23 @@ impl Policy for Rr {
     fn on_preempt(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, why: Preempt) {
         let Some(u) = self.used.get_mut(&task) else { return };
         if why == Preempt::Resched && *u < self.quantum {
-            self.queue.push_front(task);
+            self.push_front(task);
         } else {
             *u = 0;
-            self.queue.push_back(task);
+            self.push_back(task);
         }
     }
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         let i = self.queue.iter().position(|&t| ctx.allowed(t, cpu))?;
         let t = self.queue.remove(i)?;
+        self.queued.remove(&t);
         let used = self.used.get(&t).copied().unwrap_or(0);
         Some(Decision::run(t, self.quantum.saturating_sub(used).max(1)))
     }
     fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, d: Decision, _why: Refusal) {
         // Not run after all: back to the head if it is still ours.
-        if self.used.contains_key(&d.task) && !self.queue.contains(&d.task) {
-            self.queue.push_front(d.task);
+        if self.used.contains_key(&d.task) {
+            self.push_front(d.task);
         }
     }
 }
@@ -91,7 +106,7 @@ fn build(p: &Params, _ncpus: u16) -> Result<Setup, String> {
         return Err("parameter 'quantum' must be positive".into());
     }
     let usage = p.reserved_usage(0.5)?;
-    Ok(Setup { policy: Box::new(Rr { quantum, queue: VecDeque::new(), used: BTreeMap::new() }), usage })
+    Ok(Setup { policy: Box::new(Rr { quantum, queue: VecDeque::new(), used: BTreeMap::new(), queued: BTreeSet::new() }), usage })
 }
 
 vassal_sdk::export_policy!(build);
