@@ -228,6 +228,7 @@ fn linker(engine: &Engine) -> Linker<Host> {
 
 /// The module's exports the host calls. Only `vassal_pick` is required of a policy
 /// beside the setup exports; the others default to doing nothing.
+#[allow(clippy::type_complexity)]
 struct Exports {
     buffer: TypedFunc<i32, i32>,
     attach: Option<TypedFunc<(i64, i32, i32, i64, i64, i32, i32), i32>>,
@@ -239,7 +240,6 @@ struct Exports {
     run: Option<TypedFunc<(i64, i32, i32, i64), ()>>,
     tick: Option<TypedFunc<(i64, i32), ()>>,
     event: Option<TypedFunc<(i64, i64), ()>>,
-    #[allow(clippy::type_complexity)]
     message: Option<TypedFunc<(i64, i64, i32, i32, i32, i64, i64, i64, f64, i32), ()>>,
     pick: TypedFunc<(i64, i32), i64>,
     refused: Option<TypedFunc<(i64, i32, i32, i64, i32, i32), ()>>,
