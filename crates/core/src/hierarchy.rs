@@ -10,7 +10,8 @@
 //! - every live task is owned by exactly one registered scheduler; new tasks start in
 //!   the default scheduler (the bottom one, which cannot be unregistered);
 //! - a task moves only by an explicit Join/Leave, or when its scheduler is unregistered
-//!   (then it returns to the default scheduler) — no task is ever lost;
+//!   (then it returns to the default scheduler; for a loaded module, to the scheduler
+//!   below, [`Dispatcher::unregister_to_below`]) or ejected — no task is ever lost;
 //! - a CPU runs at most one task and a task runs on at most one CPU;
 //! - every decision is validated; an invalid one is refused, the policy is told, and the
 //!   next scheduler is asked. The mechanism distrusts the policy.
@@ -26,7 +27,9 @@
 //! The mechanism's duties: call `account` for the running task before `schedule`/`block`
 //! on its CPU; call `schedule` for every CPU returned by `block`/`remove_task` and for
 //! every `Effect::Resched` drained from [`Dispatcher::drain_effects`]; arm and cancel
-//! scheduler events as the drained effects say and deliver them with `fire_event`.
+//! scheduler events as the drained effects say and deliver them with `fire_event`; when
+//! distrusted (loaded) schedulers are contained ([`Containment`]), call `eject_failed`
+//! after each event and at `next_watchdog`.
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
