@@ -13,32 +13,47 @@
 //! Parameters: `quantum` (duration), `reserved` (the CPU share declared to the hierarchy,
 //! in CPUs; default 0.5).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use vassal_sdk::*;
 
 struct Rr {
     quantum: Ns,
     queue: VecDeque<TaskId>,
-    /// Quantum used so far by each attached task.
-    used: BTreeMap<TaskId, Ns>,
-    /// The tasks in `queue` (so that removing one that is not queued costs no scan).
-    queued: BTreeSet<TaskId>,
+    /// Per task id (dense vectors: every instruction of a module is interpreted, so a
+    /// vector index beats a tree lookup): quantum used so far (None: not attached) ...
+    used: Vec<Option<Ns>>,
+    /// ... and whether it is in `queue` (so removing one that is not costs no scan).
+    queued: Vec<bool>,
 }
 
 impl Rr {
+    fn slot(&mut self, t: TaskId) -> &mut Option<Ns> {
+        let i = t.0 as usize;
+        if i >= self.used.len() {
+            self.used.resize(i + 1, None);
+            self.queued.resize(i + 1, false);
+        }
+        &mut self.used[i]
+    }
+    fn used(&self, t: TaskId) -> Option<Ns> {
+        self.used.get(t.0 as usize).copied().flatten()
+    }
     fn remove(&mut self, t: TaskId) {
-        if self.queued.remove(&t) {
-            self.queue.retain(|&q| q != t);
+        if let Some(q) = self.queued.get_mut(t.0 as usize).filter(|q| **q) {
+            *q = false;
+            self.queue.retain(|&x| x != t);
         }
     }
-    fn push_back(&mut self, t: TaskId) {
-        if self.queued.insert(t) {
-            self.queue.push_back(t);
+    /// Queues an attached task not yet queued, at the back or the front.
+    fn push(&mut self, t: TaskId, front: bool) {
+        if self.used(t).is_none() || self.queued[t.0 as usize] {
+            return;
         }
-    }
-    fn push_front(&mut self, t: TaskId) {
-        if self.queued.insert(t) {
-            self.queue.push_front(t);
+        self.queued[t.0 as usize] = true;
+        if front {
+            self.queue.push_front(t)
+        } else {
+            self.queue.push_back(t)
         }
     }
 }
@@ -48,20 +63,20 @@ impl Policy for Rr {
         "rr.wasm"
     }
     fn on_attach(&mut self, _ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.used.insert(task, 0);
+        *self.slot(task) = Some(0);
         if info.state == TaskState::Runnable {
-            self.push_back(task);
+            self.push(task, false);
         }
         Ok(())
     }
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        self.used.remove(&task);
         self.remove(task);
+        *self.slot(task) = None;
     }
     fn on_wake(&mut self, _ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        if let Some(u) = self.used.get_mut(&task) {
-            *u = 0;
-            self.push_back(task);
+        if self.used(task).is_some() {
+            *self.slot(task) = Some(0);
+            self.push(task, false);
         }
     }
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
@@ -72,31 +87,29 @@ impl Policy for Rr {
         self.remove(task);
     }
     fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, ran: Ns) {
-        if let Some(u) = self.used.get_mut(&task) {
-            *u = u.saturating_add(ran);
+        if let Some(u) = self.used(task) {
+            *self.slot(task) = Some(u.saturating_add(ran));
         }
     }
     fn on_preempt(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, why: Preempt) {
-        let Some(u) = self.used.get_mut(&task) else { return };
-        if why == Preempt::Resched && *u < self.quantum {
-            self.push_front(task);
+        let Some(u) = self.used(task) else { return };
+        if why == Preempt::Resched && u < self.quantum {
+            self.push(task, true);
         } else {
-            *u = 0;
-            self.push_back(task);
+            *self.slot(task) = Some(0);
+            self.push(task, false);
         }
     }
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         let i = self.queue.iter().position(|&t| ctx.allowed(t, cpu))?;
         let t = self.queue.remove(i)?;
-        self.queued.remove(&t);
-        let used = self.used.get(&t).copied().unwrap_or(0);
+        self.queued[t.0 as usize] = false;
+        let used = self.used(t).unwrap_or(0);
         Some(Decision::run(t, self.quantum.saturating_sub(used).max(1)))
     }
     fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, d: Decision, _why: Refusal) {
         // Not run after all: back to the head if it is still ours.
-        if self.used.contains_key(&d.task) {
-            self.push_front(d.task);
-        }
+        self.push(d.task, true);
     }
 }
 
@@ -106,7 +119,7 @@ fn build(p: &Params, _ncpus: u16) -> Result<Setup, String> {
         return Err("parameter 'quantum' must be positive".into());
     }
     let usage = p.reserved_usage(0.5)?;
-    Ok(Setup { policy: Box::new(Rr { quantum, queue: VecDeque::new(), used: BTreeMap::new(), queued: BTreeSet::new() }), usage })
+    Ok(Setup { policy: Box::new(Rr { quantum, queue: VecDeque::new(), used: Vec::new(), queued: Vec::new() }), usage })
 }
 
 vassal_sdk::export_policy!(build);
