@@ -288,3 +288,49 @@ fn a_well_behaved_module_is_not_ejected() {
     assert!(!log_has(&r, "ejected"), "{:#?}", r.log);
     assert!(log_has(&r, "module scheduler 'proto' unloaded"), "{:#?}", r.log);
 }
+
+#[test]
+fn the_docs_worked_example_is_sdk_examples_fifo_and_runs() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/modules.md")).unwrap();
+    let start = doc.find("```rust\n// src/lib.rs\n").expect("the worked example") + "```rust\n// src/lib.rs\n".len();
+    let block = &doc[start..start + doc[start..].find("```").unwrap()];
+    let file = std::fs::read_to_string(root.join("sdk/examples/fifo/src/lib.rs")).unwrap();
+    assert_eq!(block, file, "docs/modules.md's worked example and sdk/examples/fifo differ");
+    // It runs: three tasks that block get every job done under it, and nothing is ejected.
+    let text = format!(
+        r#"
+until = "2s"
+[machine]
+cpus = 1
+[default]
+policy = "rr"
+[[scheduler]]
+name = "fifo"
+{}
+[[task]]
+name = "p1"
+scheduler = "fifo"
+behaviour = {{ kind = "periodic", period = "10ms", exec = "2ms" }}
+[[task]]
+name = "p2"
+scheduler = "fifo"
+behaviour = {{ kind = "periodic", period = "20ms", exec = "5ms" }}
+[[task]]
+name = "io"
+scheduler = "fifo"
+behaviour = {{ kind = "io", run = "1ms", sleep = "3ms" }}
+"#,
+        module_scheduler("fifo", "")
+    );
+    let r = run(parse(&text));
+    assert!(!log_has(&r, "ejected"), "{:#?}", r.log);
+    let fifo = r.schedulers.iter().find(|s| s.name == "fifo").expect("still loaded");
+    assert_eq!(fifo.kind, "fifo");
+    // At least one dispatch per job: 200 of p1 and 100 of p2 in 2 s, plus io's bursts.
+    assert!(fifo.decided > 300, "it made the decisions: {}", fifo.decided);
+    for t in ["p1", "p2"] {
+        let rep = r.tasks.iter().find(|x| x.name == t).unwrap();
+        assert!(rep.jobs_met > 0 && rep.jobs_missed == 0, "{t}: met {} missed {}", rep.jobs_met, rep.jobs_missed);
+    }
+}
