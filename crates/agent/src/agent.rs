@@ -7,7 +7,8 @@
 //!   slack 1 ns): runs [`Agent::pass`] every tick and at every scheduler event (absolute
 //!   CLOCK_MONOTONIC deadlines — the condition variable's timed wait is a futex wait on
 //!   an absolute CLOCK_MONOTONIC time, so event times such as `rtserver`'s slot
-//!   boundaries do not drift; slice ends likewise), and checks every
+//!   boundaries do not drift; slice ends are acted on at the first tick after them),
+//!   and checks every
 //!   20 ms that the guardian lives;
 //! - **broker** (an accept thread and one thread per client, SCHED_OTHER): [`crate::broker`];
 //! - the main thread waits for SIGTERM/SIGINT, then restores every managed task and exits.

@@ -32,8 +32,9 @@
 //! thread's runnability from a kept-open /proc/TID/wchan (or stat) and the process CPU
 //! clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU used since the
 //! last pass becomes `Dispatcher::account`. Selected and armed processes are read at
-//! every pass, parked ones at every `PARKED_EVERY`-th. Scheduler events and slice ends
-//! are waited for exactly (absolute CLOCK_MONOTONIC times); polls come every tick while
+//! every pass, parked ones at every `PARKED_EVERY`-th. Scheduler events are waited for
+//! exactly (absolute CLOCK_MONOTONIC times), slice ends to the next tick (a slice
+//! overruns by less than one tick); polls come every tick while
 //! passes see changes and back off to `PARKED_EVERY` ticks while they see none (see
 //! `Agent::next_deadline`). A block or wake is thus seen up to one tick late while
 //! things change, up to `PARKED_EVERY` ticks late after a quiet spell (plus the
@@ -204,8 +205,8 @@ impl Agent {
     }
 
     /// The earliest time the dispatcher must run again: the next poll, scheduler event or
-    /// slice end. Scheduler events and slice ends are waited for exactly (absolute
-    /// CLOCK_MONOTONIC times). Polls come every tick after a pass that saw a change, and
+    /// slice end. Scheduler events are waited for exactly (absolute CLOCK_MONOTONIC
+    /// times), slice ends to the first tick at or after them. Polls come every tick after a pass that saw a change, and
     /// back off (2, then `PARKED_EVERY` ticks) while passes see none; when no process is
     /// selected or armed (nothing runs that a block could stop, and no blocked task would
     /// be run by the kernel the instant it wakes) they come every `PARKED_EVERY` ticks.
@@ -217,8 +218,11 @@ impl Agent {
         if let Some(&(at, _, _)) = self.events.first() {
             d = d.min(at);
         }
-        for e in self.slice_end.iter().flatten() {
-            d = d.min(*e);
+        // A slice end is acted on at the first tick at or after it: a slice overruns by
+        // less than one tick, and slice ends add no wake-ups of their own.
+        let tick = self.cfg.tick;
+        for &e in self.slice_end.iter().flatten() {
+            d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
         }
         d
     }
@@ -448,7 +452,6 @@ impl Agent {
             if self.slice_end[c].is_some_and(|e| e <= now) {
                 self.slice_end[c] = None;
                 self.pending_expired.insert(c as u16);
-                self.changes += 1;
             }
         }
         self.settle(now);
@@ -613,8 +616,13 @@ impl Agent {
                 break;
             }
             for (c, why) in resched {
+                let before = self.disp.running(CpuId(c));
                 let d = self.disp.schedule(now, CpuId(c), why);
-                self.changes += 1;
+                // A decision that changes what runs is a change (one that keeps the same
+                // task running is not: the kernel state stays as it is).
+                if d.map(|d| d.task) != before {
+                    self.changes += 1;
+                }
                 if let Some(tr) = self.trace.as_mut() {
                     use std::io::Write;
                     let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
