@@ -126,10 +126,10 @@ pub struct Agent {
     /// not come every tick (see `next_deadline`).
     quiet: bool,
     /// Passes come every `backoff` ticks: 1 after a pass that saw a change (a wake, a
-    /// block, an event, a slice end, a decision), doubled after each pass that saw
-    /// none, up to `PARKED_EVERY`.
+    /// block, a scheduler event, a decision that changes what runs on a CPU), doubled
+    /// after each pass that saw none, up to `PARKED_EVERY`.
     backoff: u64,
-    /// Changes seen so far (wakes, blocks, events, slice ends, decisions).
+    /// Changes seen so far (as above).
     changes: u64,
     pub passes: u64,
     pub started: Ns,
@@ -206,8 +206,8 @@ impl Agent {
 
     /// The earliest time the dispatcher must run again: the next poll, scheduler event or
     /// slice end. Scheduler events are waited for exactly (absolute CLOCK_MONOTONIC
-    /// times), slice ends to the first tick at or after them. Polls come every tick after a pass that saw a change, and
-    /// back off (2, then `PARKED_EVERY` ticks) while passes see none; when no process is
+    /// times), slice ends to the first tick at or after them. Polls come every tick
+    /// after a pass that saw a change, and back off (2, then `PARKED_EVERY` ticks) while passes see none; when no process is
     /// selected or armed (nothing runs that a block could stop, and no blocked task would
     /// be run by the kernel the instant it wakes) they come every `PARKED_EVERY` ticks.
     /// So a block or wake is seen within one tick while things change and within
@@ -426,8 +426,8 @@ impl Agent {
 
     // ----- the dispatcher's pass -----
 
-    /// One pass of the dispatcher at `now`: poll every managed process, fire due events,
-    /// end expired slices, deliver the tick if due, decide, and apply.
+    /// One pass of the dispatcher at `now`: poll the managed processes that need it (see
+    /// `poll`), fire due events, deliver due ticks, end expired slices, decide, and apply.
     pub fn pass(&mut self, now: Ns) {
         self.passes += 1;
         let changes = self.changes;
@@ -441,12 +441,20 @@ impl Agent {
             self.changes += 1;
             self.disp.fire_event(now, SchedId(sched), token);
         }
-        if now >= self.next_tick {
+        // Every tick that fell due since the last pass is delivered (the passes may be
+        // up to PARKED_EVERY ticks apart), so a policy counting ticks (linux22) keeps
+        // its time; more than that behind (a host stall), the tick grid restarts at now.
+        let tick = self.cfg.tick;
+        let mut delivered = 0;
+        while now >= self.next_tick && delivered < PARKED_EVERY {
             for c in 0..self.ncpus {
                 self.disp.tick(now, CpuId(c));
             }
-            let tick = self.cfg.tick;
-            self.next_tick = if now - self.next_tick > tick { now + tick } else { self.next_tick + tick };
+            delivered += 1;
+            self.next_tick += tick;
+        }
+        if now >= self.next_tick {
+            self.next_tick = now + tick;
         }
         for c in 0..self.ncpus as usize {
             if self.slice_end[c].is_some_and(|e| e <= now) {
