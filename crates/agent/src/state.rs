@@ -28,14 +28,17 @@
 //! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
 //! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
 //!
-//! **Events** (the polling fallback of the event source): each pass reads every managed
-//! thread's state letter from a kept-open /proc/PID/task/TID/stat (R = runnable) and the
-//! process CPU clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU
-//! used since the last pass becomes `Dispatcher::account`. Passes run every `tick`, and
-//! also at each scheduler event (absolute CLOCK_MONOTONIC time); slice ends are checked
-//! at every pass, so a slice overruns by less than one tick. A block or
-//! wake is thus seen up to one tick late (plus the dispatcher's own wake-up latency); an
-//! armed task does not wait for it.
+//! **Events** (the polling fallback of the event source): a pass reads a managed
+//! thread's runnability from a kept-open /proc/TID/wchan (or stat) and the process CPU
+//! clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU used since the
+//! last pass becomes `Dispatcher::account`. Selected and armed processes are read at
+//! every pass, parked ones at every `PARKED_EVERY`-th. Scheduler events are waited for
+//! exactly (absolute CLOCK_MONOTONIC times), slice ends to the next tick (a slice
+//! overruns by less than one tick); polls come every tick while
+//! passes see changes and back off to `PARKED_EVERY` ticks while they see none (see
+//! `Agent::next_deadline`). A block or wake is thus seen up to one tick late while
+//! things change, up to `PARKED_EVERY` ticks late after a quiet spell (plus the
+//! dispatcher's own wake-up latency); an armed task does not wait for it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -51,6 +54,10 @@ use crate::wire::{Answer, SchedRow, TaskRow};
 
 /// How often the threads of a managed process are re-listed.
 pub const RESCAN: Ns = 250 * MS;
+/// A parked process (neither selected nor armed) is polled at every `PARKED_EVERY`-th
+/// pass only (staggered by task), and the passes come up to `PARKED_EVERY` ticks apart
+/// while nothing changes (see `next_deadline`).
+pub const PARKED_EVERY: u64 = 4;
 /// Latency samples kept per task.
 const LAT_SAMPLES: usize = 1024;
 
@@ -115,6 +122,15 @@ pub struct Agent {
     /// CPUs whose slice ran out.
     pending_expired: BTreeSet<u16>,
     pub next_tick: Ns,
+    /// No process is selected, armed or waiting for its kernel state: the passes need
+    /// not come every tick (see `next_deadline`).
+    quiet: bool,
+    /// Passes come every `backoff` ticks: 1 after a pass that saw a change (a wake, a
+    /// block, a scheduler event, a decision that changes what runs on a CPU), doubled
+    /// after each pass that saw none, up to `PARKED_EVERY`.
+    backoff: u64,
+    /// Changes seen so far (as above).
+    changes: u64,
     pub passes: u64,
     pub started: Ns,
     /// Errors of kernel calls, counted (a task that vanished mid-call is not an error).
@@ -157,6 +173,9 @@ impl Agent {
             pending_resched: BTreeSet::new(),
             pending_expired: BTreeSet::new(),
             next_tick: now,
+            quiet: false,
+            backoff: 1,
+            changes: 0,
             passes: 0,
             started: now,
             kernel_errors: 0,
@@ -185,14 +204,25 @@ impl Agent {
         self.tasks.get(&t.0).map(|m| m.uid)
     }
 
-    /// The earliest time the dispatcher must run again: the next tick or scheduler event.
-    /// Slice ends are checked at the passes that happen anyway (every tick at least): a
-    /// slice overruns by less than one tick, and the agent wakes far less often than if
-    /// every slice end were a wake-up of its own.
+    /// The earliest time the dispatcher must run again: the next poll, scheduler event or
+    /// slice end. Scheduler events are waited for exactly (absolute CLOCK_MONOTONIC
+    /// times), slice ends to the first tick at or after them. Polls come every tick
+    /// after a pass that saw a change, and back off (2, then `PARKED_EVERY` ticks) while passes see none; when no process is
+    /// selected or armed (nothing runs that a block could stop, and no blocked task would
+    /// be run by the kernel the instant it wakes) they come every `PARKED_EVERY` ticks.
+    /// So a block or wake is seen within one tick while things change and within
+    /// `PARKED_EVERY` ticks after a quiet spell.
     pub fn next_deadline(&self) -> Ns {
-        let mut d = self.next_tick;
+        let every = if self.quiet { PARKED_EVERY } else { self.backoff };
+        let mut d = self.next_tick + (every - 1) * self.cfg.tick;
         if let Some(&(at, _, _)) = self.events.first() {
             d = d.min(at);
+        }
+        // A slice end is acted on at the first tick at or after it: a slice overruns by
+        // less than one tick, and slice ends add no wake-ups of their own.
+        let tick = self.cfg.tick;
+        for &e in self.slice_end.iter().flatten() {
+            d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
         }
         d
     }
@@ -396,10 +426,11 @@ impl Agent {
 
     // ----- the dispatcher's pass -----
 
-    /// One pass of the dispatcher at `now`: poll every managed process, fire due events,
-    /// end expired slices, deliver the tick if due, decide, and apply.
+    /// One pass of the dispatcher at `now`: poll the managed processes that need it (see
+    /// `poll`), fire due events, deliver due ticks, end expired slices, decide, and apply.
     pub fn pass(&mut self, now: Ns) {
         self.passes += 1;
+        let changes = self.changes;
         self.poll(now);
         while let Some(&(at, sched, token)) = self.events.first() {
             if at > now {
@@ -407,14 +438,23 @@ impl Agent {
             }
             self.events.pop_first();
             self.event_at.remove(&(sched, token));
+            self.changes += 1;
             self.disp.fire_event(now, SchedId(sched), token);
         }
-        if now >= self.next_tick {
+        // Every tick that fell due since the last pass is delivered (the passes may be
+        // up to PARKED_EVERY ticks apart), so a policy counting ticks (linux22) keeps
+        // its time; more than that behind (a host stall), the tick grid restarts at now.
+        let tick = self.cfg.tick;
+        let mut delivered = 0;
+        while now >= self.next_tick && delivered < PARKED_EVERY {
             for c in 0..self.ncpus {
                 self.disp.tick(now, CpuId(c));
             }
-            let tick = self.cfg.tick;
-            self.next_tick = if now - self.next_tick > tick { now + tick } else { self.next_tick + tick };
+            delivered += 1;
+            self.next_tick += tick;
+        }
+        if now >= self.next_tick {
+            self.next_tick = now + tick;
         }
         for c in 0..self.ncpus as usize {
             if self.slice_end[c].is_some_and(|e| e <= now) {
@@ -423,17 +463,30 @@ impl Agent {
             }
         }
         self.settle(now);
+        self.backoff = if self.changes != changes { 1 } else { (self.backoff * 2).min(PARKED_EVERY) };
     }
 
     /// Reads each process's runnability and CPU clock and tells the dispatcher.
     fn poll(&mut self, now: Ns) {
         let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        let all = self.quiet || self.backoff > 1;
         for id in ids {
             let task = TaskId(id);
+            let selected = matches!(self.disp.state(task), TaskState::Running(_));
             let m = self.tasks.get_mut(&id).expect("listed");
+            let rescan = now >= m.rescanned + RESCAN;
+            // Polled at every pass: a selected process (its block frees a CPU), an armed
+            // one (the kernel runs it the instant it wakes; the policy must hear of it),
+            // one whose kernel state is not applied yet, and any at a rescan; a parked one
+            // every PARKED_EVERY-th pass (staggered by task), or at every pass while the
+            // passes are PARKED_EVERY ticks apart.
+            let unsettled = m.want == KState::Untouched || m.threads.iter().any(|t| t.applied != m.want);
+            let armed = matches!(m.want, KState::Armed { .. });
+            if !(all || selected || armed || unsettled || rescan || (self.passes + id as u64).is_multiple_of(PARKED_EVERY)) {
+                continue;
+            }
             // Runnable if any thread is; gone if the main thread is (its stat line is read
             // at each rescan: through wchan a zombie would look runnable).
-            let rescan = now >= m.rescanned + RESCAN;
             let mut runnable = false;
             let mut gone = false;
             for (i, t) in m.threads.iter_mut().enumerate() {
@@ -485,6 +538,9 @@ impl Agent {
                 if runnable != st.is_runnable() || ran > 0 {
                     let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
                 }
+            }
+            if runnable != st.is_runnable() {
+                self.changes += 1;
             }
             if runnable && st == TaskState::Blocked {
                 self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
@@ -568,7 +624,13 @@ impl Agent {
                 break;
             }
             for (c, why) in resched {
+                let before = self.disp.running(CpuId(c));
                 let d = self.disp.schedule(now, CpuId(c), why);
+                // A decision that changes what runs is a change (one that keeps the same
+                // task running is not: the kernel state stays as it is).
+                if d.map(|d| d.task) != before {
+                    self.changes += 1;
+                }
                 if let Some(tr) = self.trace.as_mut() {
                     use std::io::Write;
                     let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
@@ -595,6 +657,7 @@ impl Agent {
         let run_prio = self.cfg.run_priority;
         let be_fifo = self.cfg.best_effort_run == BestEffortRun::Fifo;
         let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        let mut quiet = true;
         for id in ids {
             let task = TaskId(id);
             let m = &self.tasks[&id];
@@ -606,6 +669,7 @@ impl Agent {
             };
             let m = self.tasks.get_mut(&id).expect("listed");
             m.want = want;
+            quiet &= want == KState::Parked;
             if let KState::Run { cpu, .. } = want {
                 m.last_cpu = Some(cpu);
             }
@@ -632,8 +696,10 @@ impl Agent {
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                     Err(_) => self.kernel_errors += 1,
                 }
+                quiet &= t.applied == want;
             }
         }
+        self.quiet = quiet;
     }
 
     /// Restores every managed process and forgets it (orderly shutdown).
@@ -671,6 +737,7 @@ impl Agent {
     }
 
     pub fn task_rows(&self) -> Vec<TaskRow> {
+        let now = kernel::now_ns();
         self.tasks
             .iter()
             .map(|(&id, m)| {
@@ -704,6 +771,10 @@ impl Agent {
                     share,
                     latency_p50_us: pct(0.5),
                     latency_p99_us: pct(0.99),
+                    budget_ns: match self.disp.state(task) {
+                        TaskState::Running(c) => self.slice_end[c.0 as usize].map(|e| e.saturating_sub(now)),
+                        _ => None,
+                    },
                     params: m.params.clone(),
                 }
             })

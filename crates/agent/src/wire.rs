@@ -137,6 +137,11 @@ pub struct TaskRow {
     /// Dispatch latency (seen runnable by the agent → selected), µs, p50 and p99.
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
+    /// While selected: what is left of the slice its scheduler's decision gave it (Vassal
+    /// §4: the dispatcher runs a decision for its slice, then asks again), ns. None when
+    /// not selected or the decision has no slice (runs until it blocks or is preempted).
+    #[serde(default)]
+    pub budget_ns: Option<u64>,
     /// The parameters it joined with or was given.
     pub params: BTreeMap<String, i64>,
 }

@@ -299,12 +299,15 @@ fn print_answer(a: &Answer) {
         }
         Answer::Tasks { tasks } => {
             println!(
-                "{:>7} {:>6} {:<10} {:<16} {:<18} {:>7} {:>9} {:>9} {:>10}",
-                "pid", "uid", "sched", "state", "kernel", "share", "lat p50", "lat p99", "cpu"
+                "{:>7} {:>6} {:<10} {:<16} {:<18} {:>7} {:>9} {:>9} {:>10} {:>9}",
+                "pid", "uid", "sched", "state", "kernel", "share", "lat p50", "lat p99", "cpu", "budget"
             );
             for t in tasks {
+                // budget: what is left of the running decision's slice ("-": not selected,
+                // or a decision without a slice).
+                let budget = t.budget_ns.map_or("-".to_string(), |b| format!("{:.1}ms", b as f64 / 1e6));
                 println!(
-                    "{:>7} {:>6} {:<10} {:<16} {:<18} {:>6.1}% {:>7.0}us {:>7.0}us {:>8.1}ms",
+                    "{:>7} {:>6} {:<10} {:<16} {:<18} {:>6.1}% {:>7.0}us {:>7.0}us {:>8.1}ms {:>9}",
                     t.pid,
                     t.uid,
                     t.sched,
@@ -313,7 +316,8 @@ fn print_answer(a: &Answer) {
                     t.share * 100.0,
                     t.latency_p50_us,
                     t.latency_p99_us,
-                    t.cpu_ns as f64 / 1e6
+                    t.cpu_ns as f64 / 1e6,
+                    budget
                 );
             }
         }

@@ -293,7 +293,7 @@ fn one_uid_cannot_touch_another_uids_process() {
         return;
     }
     let _serial = serial();
-    let agent = AgentProc::start("[ceilings]\nweight = 4\n");
+    let agent = AgentProc::start(&format!("[ceilings]\nweight = 4\n{}", rtserver_config("5ms", "20ms")));
     // A process of nobody (65534) and one of root.
     let mut mine = Command::new("sleep").arg("30").uid(65534).gid(65534).spawn().unwrap();
     let mut roots = Command::new("sleep").arg("30").spawn().unwrap();
@@ -308,6 +308,7 @@ fn one_uid_cannot_touch_another_uids_process() {
     for args in [
         vec!["set", &m, "weight", "1"],
         vec!["reserve", &m, "0.1/10ms"],
+        vec!["modify", &m, "0.2/10ms"],
         vec!["free", &m],
         vec!["release", &m],
         vec!["leave", &m],
@@ -333,10 +334,91 @@ fn one_uid_cannot_touch_another_uids_process() {
     assert!(!ok);
     let (ok, out) = agent.ctl_as(nobody, &["register", "x", "timed", "--usage", "reserved:0.1"]);
     assert!(!ok && out.contains("only root"), "{out}");
+    // A reservation (paper 002 §2.1): the owner makes it; another uid can neither
+    // modify nor free it; the owner can.
+    let (ok, out) = agent.ctl_as(nobody, &["join", &m, "--sched", "rtserver"]);
+    assert!(ok, "{out}");
+    let (ok, out) = agent.ctl_as(nobody, &["reserve", &m, "0.1/10ms"]);
+    assert!(ok, "nobody could not reserve for its own process: {out}");
+    for args in [vec!["modify", &m, "0.2/10ms"], vec!["free", &m], vec!["reserve", &m, "0.1/10ms"]] {
+        let (ok, out) = agent.ctl_as(other, &args);
+        assert!(!ok && out.contains("does not belong"), "uid {other} ran {args:?} on a reservation of uid {nobody}: {out}");
+    }
+    let (ok, out) = agent.ctl_as(nobody, &["modify", &m, "0.2/10ms"]);
+    assert!(ok, "{out}");
+    let (ok, out) = agent.ctl_as(nobody, &["free", &m]);
+    assert!(ok, "{out}");
+    let (ok, _) = agent.ctl_as(nobody, &["free", &m]);
+    assert!(!ok, "freed twice");
     let _ = mine.kill();
     let _ = roots.kill();
     let _ = mine.wait();
     let _ = roots.wait();
+}
+
+/// An `rtserver` (paper 002's reservation server) above the default scheduler, with
+/// r = 0.8 of the machine, declared as such.
+fn rtserver_config(slot: &str, frame: &str) -> String {
+    format!(
+        "[[scheduler]]\nname = \"rtserver\"\nkind = \"rtserver\"\nparams = {{ slot = \"{slot}\", frame = \"{frame}\", r = 0.8, overrun_cap = \"0ms\" }}\nusage = {{ reserved = {{ cpus = {:.1} }} }}\n",
+        0.8 * kernel::online_cpus() as f64
+    )
+}
+
+/// Paper 002 §2.3: a reserved task runs in its slots of the dispatch table. A CPU-bound
+/// task reserving 0.25 (5 ms every 20 ms) among more CPU-bound hogs than CPUs gets its
+/// 25% of a CPU and, its slot ends being scheduler events on absolute CLOCK_MONOTONIC
+/// timers, no more than one tick per period beyond it (overrun_cap = 0: nothing past the
+/// slot end; a tick of lag = 1 ms of 20 ms = 5 points).
+#[test]
+fn a_reservation_is_enforced() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let ncpus = kernel::online_cpus() as usize;
+    let agent = AgentProc::start(&format!("tick = \"1ms\"\n{}", rtserver_config("5ms", "20ms")));
+    let until = now_ns() + 8 * SEC;
+    let reserved = workers::hog(until).unwrap();
+    // Unmanaged hogs, one per CPU and one more: the kernel's own time-sharing.
+    let hogs: Vec<Worker> = (0..ncpus + 1).map(|_| workers::hog(until).unwrap()).collect();
+    let clock = kernel::CpuClock::of_process(reserved.pid).unwrap();
+    let mut c = agent.client();
+    c.join_pid(reserved.pid, Some("rtserver"), Default::default()).expect("join rtserver");
+    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Reserve { util: 0.25, period_ns: 20 * MS });
+    assert!(matches!(r, Ok(Answer::Ok)), "reserve: {r:?}");
+    // What is left: r·N − 0.25 CPUs (paper 002's getAvailResource).
+    match c.message(Some("rtserver"), reserved.pid, WireRequest::Avail) {
+        Ok(Answer::Fraction { num, den }) => {
+            let left = num as f64 / den as f64;
+            assert!((left - (0.8 * ncpus as f64 - 0.25)).abs() < 1e-9, "avail {num}/{den}");
+        }
+        other => panic!("avail: {other:?}"),
+    }
+    // The table takes effect at the next 20 ms frame.
+    std::thread::sleep(Duration::from_millis(300));
+    let share = |secs: u64| {
+        let (c0, t0) = (clock.read().unwrap(), now_ns());
+        std::thread::sleep(Duration::from_secs(secs));
+        (clock.read().unwrap() - c0) as f64 / (now_ns() - t0) as f64
+    };
+    let reserved_share = share(3);
+    // Modify to 0.5 (10 ms every 20 ms): the new share from the next frame.
+    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Modify { util: 0.5, period_ns: 20 * MS });
+    assert!(matches!(r, Ok(Answer::Ok)), "modify: {r:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    let modified_share = share(2);
+    drop(hogs);
+    drop(agent);
+    eprintln!(
+        "reserved 0.25 among {} hogs: share {reserved_share:.3}; modified to 0.5: {modified_share:.3}",
+        ncpus + 1
+    );
+    // Alone among ncpus + 1 hogs, time-sharing would give it ncpus/(ncpus+2) of a CPU.
+    for (want, got) in [(0.25, reserved_share), (0.5, modified_share)] {
+        assert!(got > want - 0.05, "reserved {want}, got only {got:.3} of a CPU");
+        assert!(got < want + 0.05, "reserved {want}, got {got:.3} of a CPU: more than a tick per period beyond it");
+    }
 }
 
 /// Raw lines to the broker; the reply to each.
