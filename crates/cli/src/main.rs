@@ -1,6 +1,7 @@
 //! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
 
 mod bench;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,13 +47,22 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Run every variant of a sweep experiment (an experiment file with [[axis]], see
-    /// docs/repro.md) and print its [[show]] tables.
+    /// Run every variant of a sweep (format: docs/sweep.md) on all cores, print the table
+    /// of its metrics and write NAME.csv and NAME.json.
     Sweep {
         file: PathBuf,
         /// Print this variant's scenario (TOML) instead, e.g. "v7/18" (run it with `vassal sim`).
         #[arg(long)]
         variant: Option<String>,
+        /// Directory for the files (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Print the runs as JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Runs at a time (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// Measure simulator throughput and the cost of one scheduling decision.
     Bench {
@@ -131,14 +141,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Repro { names, json, dir } => repro(&names, json, dir),
-        Cmd::Sweep { file, variant } => {
-            let sweep = vassal_sim::sweep::load(&file).map_err(anyhow::Error::msg)?;
-            if let Some(name) = variant {
-                print!("{}", sweep.variant_text(&name).map_err(anyhow::Error::msg)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let reports = sweep.run().map_err(anyhow::Error::msg)?;
-            print!("{}", sweep.tables(&reports).map_err(anyhow::Error::msg)?);
+        Cmd::Sweep { file, variant, out, json, jobs } => {
+            sweep::run(&file, variant, out, json, jobs)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench { json, quick } => {

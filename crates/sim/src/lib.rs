@@ -12,7 +12,6 @@ pub mod rtserver_repro;
 pub mod scenario;
 pub mod swap;
 pub mod sweep;
-pub mod sweep_dbs;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
 pub use report::Report;

@@ -387,21 +387,8 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
             })
             .collect();
     }
-    if table.contains_key("sweep") {
-        return crate::sweep_dbs::run(path, &table, &expects);
-    }
     if crate::sweep::is_sweep(&table) {
-        let sweep = crate::sweep::Sweep::from_table(&path.display().to_string(), &table)?;
-        let reports = sweep.run()?;
-        return expects
-            .iter()
-            .map(|e| {
-                sweep
-                    .eval(&e.metric, &reports)
-                    .map(|ours| e.judge(ours))
-                .map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
-            })
-            .collect();
+        return crate::sweep::expect_rows(path, &table, &expects);
     }
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
