@@ -452,7 +452,7 @@ impl Sweep {
                     Err(format!("metric '{path}' needs a variant: {path}[VARIANT]"))
                 }
             }
-            Expr::Metric { variant: Some(v), .. } => match star {
+            Expr::Metric { variant: Some(v), .. } => match star.filter(|_| v.contains('*')) {
                 Some(axis) => {
                     for value in &self.axes[axis].values {
                         self.variant_index(&self.substitute(v, axis, &value.name)?)?;
@@ -467,6 +467,9 @@ impl Sweep {
             Expr::Crossing { axis, series, reference } => {
                 if let Some(bad) = self.axes[*axis].values.iter().find(|v| v.x.is_none()) {
                     return Err(format!("crossing: value '{}' of axis '{}' has no x", bad.name, self.axes[*axis].name));
+                }
+                if !has_star(series) {
+                    return Err("crossing: the series names no variant with '*' (e.g. METRIC[low/*])".into());
                 }
                 self.check_in(series, bare_ok, Some(*axis))?;
                 self.check_in(reference, bare_ok, None)
@@ -495,7 +498,7 @@ impl Sweep {
             Expr::Num(n) => *n,
             Expr::Metric { path, variant: None } => bare(path)?,
             Expr::Metric { path, variant: Some(v) } => {
-                let name = match star {
+                let name = match star.filter(|_| v.contains('*')) {
                     Some((axis, value)) => self.substitute(v, axis, value)?,
                     None => v.clone(),
                 };
@@ -541,19 +544,6 @@ impl Sweep {
             Some(ix) => ix.iter().zip(&self.axes).map(|(&i, a)| a.values[i].name.as_str()).collect(),
             None => vec![""; self.axes.len()],
         }
-    }
-
-    /// The seeds the runs of every variant used.
-    pub fn seeds_used(&self, runs: &Runs) -> Vec<u64> {
-        if self.seeds.is_empty() {
-            runs.first().and_then(|r| r.first()).map(|_| vec![self.base_seed()]).unwrap_or_default()
-        } else {
-            self.seeds.clone()
-        }
-    }
-
-    fn base_seed(&self) -> u64 {
-        self.base.get("seed").and_then(|s| s.as_integer()).map_or(0, |s| s as u64)
     }
 
     /// The curves of the grid along the plot's x axis: for each combination of the
@@ -619,12 +609,11 @@ impl Sweep {
         head.push("seed".into());
         head.extend(self.metrics.iter().map(|m| m.name.clone()));
         let mut o = head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(",") + "\n";
-        let seeds = self.seeds_used(runs);
         for v in 0..self.variants.len() {
-            for (s, seed) in seeds.iter().enumerate() {
+            for (s, run) in runs[v].iter().enumerate() {
                 let mut row = vec![cell(&self.variants[v].name)];
                 row.extend(self.value_names(v).iter().map(|n| cell(n)));
-                row.push(seed.to_string());
+                row.push(run.seed.to_string());
                 for m in &self.metrics {
                     row.push(format!("{}", self.run_value(m, runs, v, s)?));
                 }
@@ -637,17 +626,16 @@ impl Sweep {
     /// The runs as JSON: `{sweep, base, axes, metrics, rows: [{variant, values: {axis:
     /// value}, seed, metrics: {name: number}}]}` (NaN as null).
     pub fn json(&self, runs: &Runs) -> Result<serde_json::Value, String> {
-        let seeds = self.seeds_used(runs);
         let mut rows = Vec::new();
         for v in 0..self.variants.len() {
             let values: serde_json::Map<String, serde_json::Value> =
                 self.axes.iter().zip(self.value_names(v)).filter(|(_, n)| !n.is_empty()).map(|(a, n)| (a.name.clone(), n.into())).collect();
-            for (s, seed) in seeds.iter().enumerate() {
+            for (s, run) in runs[v].iter().enumerate() {
                 let mut metrics = serde_json::Map::new();
                 for m in &self.metrics {
                     metrics.insert(m.name.clone(), serde_json::json!(self.run_value(m, runs, v, s)?));
                 }
-                rows.push(serde_json::json!({ "variant": self.variants[v].name, "values": values, "seed": seed, "metrics": metrics }));
+                rows.push(serde_json::json!({ "variant": self.variants[v].name, "values": values, "seed": run.seed, "metrics": metrics }));
             }
         }
         Ok(serde_json::json!({
@@ -687,6 +675,16 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
                 .map_err(|m| format!("{file}: expect '{}': metric '{}': {m}", e.id, e.metric))
         })
         .collect()
+}
+
+/// True if some `METRIC[VARIANT]` of `e` has `*` in VARIANT.
+fn has_star(e: &Expr) -> bool {
+    match e {
+        Expr::Num(_) | Expr::Crossing { .. } => false,
+        Expr::Metric { variant, .. } => variant.as_ref().is_some_and(|v| v.contains('*')),
+        Expr::Neg(a) => has_star(a),
+        Expr::Bin(_, a, b) => has_star(a) || has_star(b),
+    }
 }
 
 /// A number for the printed table: four decimals, or as it is when not finite.
@@ -976,6 +974,8 @@ mod tests {
     fn references_are_checked_against_the_variants() {
         assert!(value(DOC, "m[a/1s] - m[ref]").is_ok());
         assert!(value(DOC, "crossing(p, m[*/2s], m[ref])").is_ok());
+        assert!(value(DOC, "crossing(p, m[*/2s] - m[ref], 0)").is_ok(), "a series may name fixed variants too");
+        assert!(value(DOC, "crossing(p, m[a/2s], m[ref])").unwrap_err().contains("the series names no variant with '*'"));
         assert!(value(DOC, "crossing(until, m[a/*], m[ref])").is_ok(), "a duration's x");
         let e = value(&DOC.replace(", x = 2", ""), "crossing(p, m[*/1s], m[ref])").unwrap_err();
         assert!(e.contains("value 'b' of axis 'p' has no x"), "{e}");
