@@ -1,6 +1,8 @@
 //! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
 
+mod agent_cmd;
 mod bench;
+mod report_cmd;
 mod sweep;
 
 use std::path::{Path, PathBuf};
@@ -8,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_sim::repro::{find_experiments, run_experiment, Row};
+use vassal_sim::repro::{find_experiments, run_experiment_full, Row};
 
 #[derive(Parser)]
 #[command(name = "vassal", version, about = "vassal: multi-policy CPU scheduling — simulator, paper reproductions, benchmarks")]
@@ -19,9 +21,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Simulate a scenario file (format: docs/scenario.md) and print its report.
+    /// Simulate a scenario file (format: docs/scenario.md), or an rt-app workload
+    /// (--rt-app, docs/rtapp.md), and print its report.
     Sim {
-        scenario: PathBuf,
+        #[arg(required_unless_present = "rt_app", conflicts_with = "rt_app")]
+        scenario: Option<PathBuf>,
+        /// Simulate an rt-app JSON workload instead of a scenario file (docs/rtapp.md).
+        #[arg(long, value_name = "FILE.json")]
+        rt_app: Option<PathBuf>,
+        /// With --rt-app: the policy kind of the default scheduler, for SCHED_OTHER
+        /// threads (default bvt; see `vassal policies`).
+        #[arg(long)]
+        policy: Option<String>,
+        /// With --rt-app: CPUs of the simulated machine (default: enough for the CPUs
+        /// the threads name, at least 1).
+        #[arg(long)]
+        cpus: Option<u16>,
         /// Seed for every random draw (overrides the scenario's `seed`).
         #[arg(long)]
         seed: Option<u64>,
@@ -35,6 +50,10 @@ enum Cmd {
         /// https://ui.perfetto.dev; see docs/trace.md).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Also write an HTML report of the run to FILE: one self-contained page with the
+        /// CPU timeline, shares, latencies and BVT's virtual times (docs/report.md).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
     },
     /// Reproduce the papers' experiments kept under experiments/ (all, or those whose
     /// group, file or row id starts with one of NAMES) and compare with the papers.
@@ -46,9 +65,17 @@ enum Cmd {
         /// Where the experiments are (default: ./experiments, else the source tree's).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Also write an HTML page with every row (paper beside ours) and each
+        /// experiment's figures to FILE (docs/report.md).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Run the real-process experiments on this machine instead (root; docs/agent.md).
+        #[arg(long)]
+        real: bool,
     },
-    /// Run every variant of a sweep (format: docs/sweep.md) on all cores, print the table
-    /// of its metrics and write NAME.csv and NAME.json.
+    /// Run every variant of a sweep (format: docs/sweep.md) on all cores, with a progress
+    /// bar on a terminal; print its metrics' tables and write NAME.csv, NAME.json and
+    /// NAME.svg (a plot).
     Sweep {
         file: PathBuf,
         /// Print this variant's scenario (TOML) instead, e.g. "v7/18" (run it with `vassal sim`).
@@ -74,6 +101,12 @@ enum Cmd {
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
+    /// The Linux agent (root): broker, dispatcher and guardian (docs/agent.md).
+    Agent(agent_cmd::AgentArgs),
+    /// Start a command under the agent.
+    Run(agent_cmd::RunArgs),
+    /// Talk to the running agent: join, leave, parameters, reservations, messages, lists.
+    Ctl(agent_cmd::CtlArgs),
     /// BVT tools (paper 001).
     Bvt {
         #[command(subcommand)]
@@ -118,33 +151,43 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, seed, json, until, trace } => {
-            let mut sc = vassal_sim::scenario::load_scenario(&scenario).map_err(anyhow::Error::msg)?;
+        Cmd::Sim { scenario, rt_app, policy, cpus, seed, json, until, trace, report } => {
+            let mut sc = match (&scenario, &rt_app) {
+                (Some(file), _) => {
+                    if policy.is_some() || cpus.is_some() {
+                        bail!("--policy and --cpus go with --rt-app (a scenario file names its policies and CPUs)");
+                    }
+                    vassal_sim::scenario::load_scenario(file).map_err(anyhow::Error::msg)?
+                }
+                (None, Some(file)) => {
+                    let until = until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
+                    let opts = vassal_sim::rtapp::Options { policy, cpus, until };
+                    vassal_sim::rtapp::load_rtapp(file, &opts).map_err(anyhow::Error::msg)?
+                }
+                (None, None) => bail!("give a scenario file or --rt-app FILE.json"),
+            };
             if let Some(s) = seed {
                 sc.seed = s;
             }
             if let Some(u) = until {
                 sc.until = vassal_core::parse_duration(&u).with_context(|| format!("--until {u}"))?;
             }
-            let report = match &trace {
-                None => vassal_sim::simulate(sc)?,
-                Some(file) => {
-                    let mut sim = vassal_sim::Sim::new(sc.clone())?;
-                    sim.record_trace();
-                    let (report, t) = sim.run_traced()?;
-                    let out = vassal_sim::chrome_trace::to_chrome_json(&sc, &report, &t);
-                    std::fs::write(file, out).with_context(|| format!("cannot write the trace to {}", file.display()))?;
-                    report
-                }
+            let report = match (&trace, &report) {
+                (None, None) => vassal_sim::simulate(sc)?,
+                _ => report_cmd::traced(sc, trace.as_deref(), report.as_deref())?,
             };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Repro { names, json, dir } => repro(&names, json, dir),
+        Cmd::Repro { names, json, real: true, .. } => agent_cmd::repro_real(&names, json),
+        Cmd::Repro { names, json, dir, report, real: false } => repro(&names, json, dir, report),
         Cmd::Sweep { file, variant, out, json, jobs } => {
             sweep::run(&file, variant, out, json, jobs)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Agent(a) => agent_cmd::agent(a),
+        Cmd::Run(a) => agent_cmd::run(a),
+        Cmd::Ctl(a) => agent_cmd::ctl(a),
         Cmd::Bench { json, quick } => {
             let b = bench::run(quick)?;
             if json {
@@ -223,21 +266,29 @@ fn experiments_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
     bail!("no experiments directory here; pass --dir")
 }
 
-fn repro(names: &[String], json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
+fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<PathBuf>) -> Result<ExitCode> {
     let dir = experiments_dir(dir)?;
     let files = find_experiments(&dir, names).map_err(anyhow::Error::msg)?;
     if files.is_empty() {
         bail!("no experiment matches {names:?} under {}", dir.display());
     }
     let mut rows: Vec<Row> = Vec::new();
+    let mut runs = Vec::new();
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f).to_string_lossy().replace('\\', "/");
         let file_matches = names.is_empty() || names.iter().any(|n| rel.starts_with(n.as_str()));
-        for row in run_experiment(f).map_err(anyhow::Error::msg)? {
+        let run = run_experiment_full(f, report.is_some()).map_err(anyhow::Error::msg)?;
+        for row in &run.rows {
             if file_matches || names.iter().any(|n| row.id.starts_with(n.as_str())) {
-                rows.push(row);
+                rows.push(row.clone());
             }
         }
+        if report.is_some() {
+            runs.push(run);
+        }
+    }
+    if let Some(file) = &report {
+        report_cmd::repro(&runs, &dir, file)?;
     }
     let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
     let differ: Vec<&Row> = rows.iter().filter(|r| r.known_difference.is_some()).collect();

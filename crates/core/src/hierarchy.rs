@@ -235,6 +235,11 @@ impl Dispatcher {
     pub fn owner(&self, task: TaskId) -> Option<SchedId> {
         self.tasks.owner(task)
     }
+    /// The task's virtual times as its owner keeps them (see [`Policy::virtual_time`]).
+    pub fn virtual_time(&self, task: TaskId) -> Option<crate::VirtualTime> {
+        let owner = self.owner(task)?;
+        self.scheds.iter().find(|s| s.id == owner)?.policy.virtual_time(task)
+    }
     pub fn is_guest(&self, task: TaskId) -> bool {
         self.tasks.recs.get(task.0 as usize).is_some_and(|r| r.guest)
     }

@@ -16,7 +16,7 @@ pub use hierarchy::{Dispatched, DispatchStats, Dispatcher, Position, RegisterErr
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use policy::{
     AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply,
-    Request, Sender, SwapAdvice, TaskParams, TaskState, TaskView, Wake,
+    Request, Sender, SwapAdvice, TaskParams, TaskState, TaskView, VirtualTime, Wake,
 };
 pub use shared::Shared;
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};

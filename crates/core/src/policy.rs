@@ -378,6 +378,21 @@ pub trait Policy: Send {
     /// Moves the policy's debugging log entries (e.g. BVT's warp-limit events, end of
     /// §2.2) into `out`. The mechanism shows them in its report.
     fn drain_log(&mut self, _out: &mut Vec<PolicyLog>) {}
+    /// The task's virtual times, for policies that keep them (BVT's A_i and E_i, paper
+    /// 001 §2), for plots. The simulator asks only while it records a trace; the default
+    /// keeps none.
+    fn virtual_time(&self, _task: TaskId) -> Option<VirtualTime> {
+        None
+    }
+}
+
+/// A task's virtual times as a policy keeps them (BVT paper 001 §2: the actual virtual
+/// time A_i and the effective virtual time E_i = A_i − (warp ? W_i : 0)), in virtual
+/// nanoseconds (a weight-1 task's A_i advances one virtual ns per ns it is charged).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VirtualTime {
+    pub actual: f64,
+    pub effective: f64,
 }
 
 /// A policy's answer to [`Policy::swap_advice`].

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ids::{CpuId, TaskId};
 use crate::policy::{
-    AttachInfo, Block, Ctx, Decision, Detach, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, Wake,
+    AttachInfo, Block, Ctx, Decision, Detach, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, VirtualTime, Wake,
 };
 use crate::time::Ns;
 
@@ -82,5 +82,8 @@ impl<P: Policy> Policy for Shared<P> {
     }
     fn drain_log(&mut self, out: &mut Vec<PolicyLog>) {
         self.get().drain_log(out)
+    }
+    fn virtual_time(&self, task: TaskId) -> Option<VirtualTime> {
+        self.get().virtual_time(task)
     }
 }

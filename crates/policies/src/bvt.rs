@@ -942,6 +942,12 @@ impl BvtLogEvent {
 }
 
 impl Policy for Bvt {
+    /// A_i and E_i for plots (paper 001 Figures 1-4), in virtual ns.
+    fn virtual_time(&self, task: TaskId) -> Option<vassal_core::VirtualTime> {
+        let t = self.task_info(task)?;
+        let scale = VT_SCALE as f64;
+        Some(vassal_core::VirtualTime { actual: t.avt as f64 / scale, effective: t.evt as f64 / scale })
+    }
     fn drain_log(&mut self, out: &mut Vec<vassal_core::PolicyLog>) {
         out.extend(self.log[self.log_drained..].iter().map(|e| vassal_core::PolicyLog {
             at: e.at,

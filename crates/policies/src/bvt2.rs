@@ -699,6 +699,12 @@ impl Bvt2 {
 }
 
 impl Policy for Bvt2 {
+    /// A_i and E_i for plots (paper 001 Figures 1-4), in virtual ns.
+    fn virtual_time(&self, task: TaskId) -> Option<vassal_core::VirtualTime> {
+        let t = self.task_info(task)?;
+        let scale = bvt::VT_SCALE as f64;
+        Some(vassal_core::VirtualTime { actual: t.avt as f64 / scale, effective: t.evt as f64 / scale })
+    }
     fn kind(&self) -> &str {
         "bvt2"
     }

@@ -8,7 +8,9 @@
 //! - process "Tasks" (pid 2): one thread track per task (named after it, tid 1000 + its
 //!   index) with the same slices ("running on cpuN") and thread-scoped instants for its
 //!   wake-ups, blocks and exit; a counter "runnable" (tasks woken and not yet blocked or
-//!   exited, running ones included);
+//!   exited, running ones included); and, when the policy keeps them (BVT), a counter
+//!   "virtual time NAME" per task with its actual and effective virtual times A and E
+//!   (virtual ms);
 //! - global instants (scope `g`) for the report's log lines: schedulers loaded, refused
 //!   and unloaded, refused messages, faults, and the policies' own logs (BVT warp-limit
 //!   and unwarp events).
@@ -162,6 +164,20 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
             r#"{{"name":"runnable","ph":"C","pid":{TASKS_PID},"tid":{},"ts":{},"args":{{"tasks":{n}}}}}"#,
             task_tid(0),
             us(at)
+        ));
+    }
+
+    // Virtual times (BVT's A_i and E_i, paper 001 §2), when the policy keeps them: one
+    // counter per task, in virtual ms, each value holding until the next.
+    for v in &trace.vtimes {
+        let name = sc.tasks.get(v.task).map_or("?", |t| t.name.as_str());
+        ev.push(format!(
+            r#"{{"name":{},"ph":"C","pid":{TASKS_PID},"tid":{},"ts":{},"args":{{"A":{:.6},"E":{:.6}}}}}"#,
+            js(&format!("virtual time {name}")),
+            task_tid(v.task),
+            us(v.at),
+            v.actual / 1e6,
+            v.effective / 1e6
         ));
     }
 

@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 use vassal_core::{
     Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply,
-    Request, SchedId, Sender, TaskId, TaskState, Wake, SEC,
+    Request, SchedId, Sender, TaskId, TaskState, VirtualTime, Wake, SEC,
 };
 
 use crate::metrics::Metrics;
@@ -163,6 +163,10 @@ struct SimTask {
     /// Per script phase: how many times a `times` phase has sent the script back.
     loops: Vec<u64>,
     randres: randres::State,
+    /// During a `RunWall` phase: the real time at which it ends.
+    run_until: Option<Ns>,
+    /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
+    rt_timers: Vec<Option<Ns>>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -227,10 +231,23 @@ pub struct Mark {
 
 /// What happened when, for plots, trace files and metrics over time. Recorded only on
 /// request ([`Sim::record_trace`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Trace {
     pub slices: Vec<Slice>,
     pub marks: Vec<Mark>,
+    /// Virtual times of tasks whose policy keeps them (BVT's A_i and E_i), recorded
+    /// whenever one changes: each value holds until the task's next sample.
+    pub vtimes: Vec<VtSample>,
+}
+
+/// A task's virtual times (see [`vassal_core::VirtualTime`]) from time `at` on, in
+/// virtual ns.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct VtSample {
+    pub at: Ns,
+    pub task: usize,
+    pub actual: f64,
+    pub effective: f64,
 }
 
 /// A simulation of one scenario.
@@ -262,6 +279,8 @@ pub struct Sim {
     swap_gen: u64,
     /// The paper 004 §5 kernel event counts.
     kernel: Kernel,
+    /// While tracing: each task's last recorded virtual times.
+    vt_last: Vec<Option<VirtualTime>>,
 }
 
 impl Sim {
@@ -301,6 +320,8 @@ impl Sim {
                 waiting: false,
                 loops: Vec::new(),
                 randres: randres::State::default(),
+                run_until: None,
+                rt_timers: Vec::new(),
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
@@ -328,6 +349,7 @@ impl Sim {
             swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
             swap_gen: 0,
             kernel: Kernel::new(sc.tasks.len()),
+            vt_last: Vec::new(),
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -342,6 +364,21 @@ impl Sim {
     /// Records a [`Trace`] of the run (see [`Sim::run_traced`]).
     pub fn record_trace(&mut self) {
         self.trace = Some(Trace::default());
+        self.vt_last = vec![None; self.tasks.len()];
+    }
+
+    /// While tracing: records the virtual times that changed since the last sample.
+    fn sample_virtual_times(&mut self) {
+        let Some(trace) = &mut self.trace else { return };
+        for (i, t) in self.tasks.iter().enumerate() {
+            let vt = self.disp.virtual_time(t.id);
+            if vt != self.vt_last[i] {
+                if let Some(v) = vt {
+                    trace.vtimes.push(VtSample { at: self.now, task: i, actual: v.actual, effective: v.effective });
+                }
+                self.vt_last[i] = vt;
+            }
+        }
     }
 
     fn mark(&mut self, task: usize, kind: MarkKind) {
@@ -428,6 +465,9 @@ impl Sim {
             self.metrics.events += 1;
             self.handle(e.ev);
             self.flush();
+            if self.trace.is_some() {
+                self.sample_virtual_times();
+            }
             if self.checks {
                 self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
             }
@@ -577,6 +617,10 @@ impl Sim {
         cpu.current = Some(i);
         cpu.slice_end = slice_end;
         let run_from = now.max(cpu.busy_until);
+        if let Some(until) = self.tasks[i].run_until {
+            // a wall-clock run ends at its time, however long the task waited
+            self.tasks[i].remaining = until.saturating_sub(run_from);
+        }
         self.metrics.started(i, run_from);
         self.replan(c);
     }
@@ -859,6 +903,7 @@ impl Sim {
             }
             let phase = &phases[t.phase];
             t.phase += 1;
+            t.run_until = None;
             match phase {
                 Phase::Run(d) => {
                     t.remaining = sample(d, &mut t.rng);
@@ -904,6 +949,27 @@ impl Sim {
                 Phase::Yield => {
                     t.remaining = 0;
                     return Step::Yield;
+                }
+                Phase::RunWall(d) => {
+                    let wall = sample(d, &mut t.rng);
+                    t.remaining = wall;
+                    t.run_until = Some(now.saturating_add(wall));
+                    t.work = Work::Plain;
+                    return Step::Run;
+                }
+                &Phase::RtTimer { period, relative, timer } => {
+                    self.metrics.iteration(i, false, now);
+                    let t = &mut self.tasks[i];
+                    if t.rt_timers.len() <= timer {
+                        t.rt_timers.resize(timer + 1, None);
+                    }
+                    let next = t.rt_timers[timer].unwrap_or(now).saturating_add(period);
+                    if now < next {
+                        t.rt_timers[timer] = Some(next);
+                        return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
+                    }
+                    // late: no sleep (rt-app); relative mode restarts the timer from now
+                    t.rt_timers[timer] = Some(if relative { now } else { next });
                 }
                 Phase::HandOff { to, sleep } => {
                     let wake_at = now.saturating_add(sample(sleep, &mut t.rng));

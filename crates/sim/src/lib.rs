@@ -4,14 +4,17 @@
 pub mod chrome_trace;
 pub mod engine;
 pub mod memory;
+pub mod html;
 pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod repro;
+pub mod rtapp;
 pub mod rtserver_repro;
 pub mod scenario;
+pub mod svg;
 pub mod swap;
 pub mod sweep;
 
-pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace};
+pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;

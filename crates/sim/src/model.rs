@@ -100,6 +100,17 @@ pub enum Phase {
     /// The phases before this one run this many times in all (≥ 1), then the script goes
     /// on with the next phase.
     Times(u64),
+    /// Run until this much real time has passed since the phase began, however much CPU
+    /// that took (rt-app's `runtime` event: a busy loop that watches the clock). Time
+    /// spent preempted counts.
+    RunWall(Dist),
+    /// rt-app's `timer` event on the task's timer number `timer` (0, 1, …: rt-app's
+    /// timer refs): the timer's next expiry is its previous one plus `period` (the first
+    /// one period after the task first reaches a phase with this timer); the task sleeps
+    /// until then. If that is already past it does not sleep; in `relative` mode the
+    /// timer then restarts from now, in absolute mode it keeps its schedule (and later
+    /// expiries may be past too). Quantised to ticks under the tick clock.
+    RtTimer { period: Ns, relative: bool, timer: usize },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -367,9 +367,45 @@ fn bvt_plan_metrics(input: &toml::Table) -> Result<BTreeMap<String, f64>, String
     Ok(bvt_plan::metrics(&plan).into_iter().map(|(k, v)| (k, v as f64)).collect())
 }
 
+/// A simulated experiment's run, kept for reports.
+pub struct SimRun {
+    pub scenario: Scenario,
+    pub report: Report,
+    /// Recorded when asked for (see [`run_experiment_full`]) or when a row needs it.
+    pub trace: Trace,
+}
+
+/// One experiment file's results with what produced them (for `repro --report`).
+pub struct ExperimentRun {
+    pub path: PathBuf,
+    /// The file's leading comment block (its description), without the `#`s.
+    pub description: String,
+    pub expects: Vec<Expect>,
+    /// One per expect, in the same order.
+    pub rows: Vec<Row>,
+    /// None for computed experiments.
+    pub run: Option<SimRun>,
+}
+
+/// The comment lines at the top of an experiment file, `#` and one space removed.
+fn leading_comment(text: &str) -> String {
+    text.lines()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .map(|l| l.trim_start().trim_start_matches('#').strip_prefix(' ').unwrap_or(l.trim_start().trim_start_matches('#')))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Runs one experiment file: its scenario (or computation), then each `[[expect]]` row.
 pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
+    run_experiment_full(path, false).map(|r| r.rows)
+}
+
+/// Like [`run_experiment`], and keeps the run; `trace`: record its trace even when no row
+/// needs one.
+pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, String> {
     let (text, table, expects) = read_experiment(path)?;
+    let description = leading_comment(&text);
     if let Some(computed) = table.get("computed") {
         let input = computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
         let kind = input
@@ -377,7 +413,7 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
             .and_then(|k| k.as_str())
             .ok_or_else(|| format!("{}: [computed] needs kind = \"...\"", path.display()))?;
         let values = computed_metrics(kind, input).map_err(|e| format!("{}: {e}", path.display()))?;
-        return expects
+        let rows = expects
             .iter()
             .map(|e| {
                 values.get(&e.metric).map(|&v| e.judge(v)).ok_or_else(|| {
@@ -385,18 +421,20 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
                         values.keys().cloned().collect::<Vec<_>>().join(", "))
                 })
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
     }
     if crate::sweep::is_sweep(&table) {
-        return crate::sweep::expect_rows(path, &table, &expects);
+        let rows = crate::sweep::expect_rows(path, &table, &expects)?;
+        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
     }
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
-    if expects.iter().any(|e| e.metric.starts_with("trace.")) {
+    if trace || expects.iter().any(|e| e.metric.starts_with("trace.")) {
         sim.record_trace();
     }
     let (report, trace) = sim.run_traced().map_err(|e| format!("{}: {e}", path.display()))?;
-    expects
+    let rows = expects
         .iter()
         .map(|e| {
             let v = if e.metric.starts_with("trace.") {
@@ -406,7 +444,8 @@ pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
             };
             v.map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: Some(SimRun { scenario, report, trace }) })
 }
 
 /// Every experiment file under `dir`, sorted, whose group (first directory), file stem

@@ -1505,10 +1505,13 @@ impl Builder<'_> {
     }
 }
 
-fn phase_takes_time(p: &Phase) -> bool {
+pub(crate) fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) => positive_mean(d),
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) => {
+            positive_mean(d)
+        }
         Phase::Times(_) => false,
+        Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
         Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,

@@ -41,6 +41,7 @@ use std::sync::Mutex;
 use crate::report::Report;
 use crate::repro::{Expect, Row};
 use crate::scenario::parse_scenario;
+use crate::svg;
 
 /// The top-level keys a sweep reads; all others are the base scenario's.
 const SWEEP_KEYS: [&str; 7] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect"];
@@ -56,6 +57,8 @@ pub struct AxisValue {
 #[derive(Clone, Debug)]
 pub struct Axis {
     pub name: String,
+    /// The path every value sets, for an axis written as `path` and `values`.
+    pub path: Option<String>,
     pub values: Vec<AxisValue>,
 }
 
@@ -201,7 +204,7 @@ fn parse_axis(a: &toml::Value, what: &str) -> Result<Axis, String> {
         }
         values.push(value);
     }
-    Ok(Axis { name, values })
+    Ok(Axis { name, path: path.map(str::to_string), values })
 }
 
 fn parse_metrics(v: &toml::Value, axes: &[String], file: &str) -> Result<Vec<Metric>, String> {
@@ -558,7 +561,17 @@ impl Sweep {
             match out.iter_mut().find(|c| c.0 == key) {
                 Some(c) => c.2.push(k),
                 None => {
-                    let label = ix.iter().enumerate().filter(|(a, _)| *a != xa).map(|(a, &i)| self.axes[a].values[i].name.as_str()).collect::<Vec<_>>().join(", ");
+                    // A named value speaks for itself; a bare one ("4") needs its axis.
+                    let label = ix
+                        .iter()
+                        .enumerate()
+                        .filter(|(a, _)| *a != xa)
+                        .map(|(a, &i)| match &self.axes[a].path {
+                            Some(_) => format!("{} = {}", self.axes[a].name, self.axes[a].values[i].name),
+                            None => self.axes[a].values[i].name.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
                     out.push((key, label, vec![k]));
                 }
             }
@@ -574,24 +587,81 @@ impl Sweep {
         let mut o = String::new();
         let curves = self.curves();
         let xa = self.axes.get(self.plot.0);
-        let first = curves.iter().map(|c| c.0.chars().count()).chain(self.runs.iter().map(|r| r.name.chars().count())).max().unwrap_or(0).max(12);
+        let labels = curves.iter().map(|c| c.0.as_str()).chain(self.runs.iter().map(|r| r.name.as_str())).chain(xa.map(|a| a.name.as_str()));
+        let first = labels.map(|l| l.chars().count()).max().unwrap_or(0);
         for m in &self.metrics {
-            let seeds = if self.seeds.len() > 1 { format!(", mean of {} seeds", self.seeds.len()) } else { String::new() };
-            let _ = writeln!(o, "{} ({}{seeds})", m.name, m.text);
+            let mut about: Vec<String> = Vec::new();
+            if m.text != m.name {
+                about.push(m.text.clone());
+            }
+            if self.seeds.len() > 1 {
+                about.push(format!("mean of {} seeds", self.seeds.len()));
+            }
+            let about = if about.is_empty() { String::new() } else { format!(" ({})", about.join(", ")) };
+            let _ = writeln!(o, "{}{about}", m.name);
             if let Some(xa) = xa {
                 let cells: Vec<String> = xa.values.iter().map(|v| format!("{:>10}", v.name)).collect();
                 let _ = writeln!(o, "  {:<first$} {}", xa.name, cells.join(" "));
             }
             for (label, vs) in &curves {
-                let cells = vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", fmt_num(x)))).collect::<Result<Vec<_>, _>>()?;
+                let cells = vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x)))).collect::<Result<Vec<_>, _>>()?;
                 let _ = writeln!(o, "  {label:<first$} {}", cells.join(" "));
             }
             for k in self.variants.len() - self.runs.len()..self.variants.len() {
-                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, fmt_num(self.variant_value(m, runs, k)?));
+                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, crate::html::num(self.variant_value(m, runs, k)?));
             }
             o.push('\n');
         }
         Ok(o)
+    }
+
+    /// The plot (a standalone SVG): the plot's metric (each point the mean over the seeds)
+    /// against its x axis, a line per curve (see [`Sweep::curves`]) and a dashed level
+    /// line per `[[run]]`. The x axis is the values' `x` where every value has one, else
+    /// the values evenly spaced and labelled by name. None when there is no axis or no
+    /// metric.
+    pub fn svg(&self, runs: &Runs) -> Result<Option<String>, String> {
+        let (Some(axis), Some(m)) = (self.axes.get(self.plot.0), self.metrics.get(self.plot.1)) else { return Ok(None) };
+        let numeric: Option<Vec<f64>> = axis.values.iter().map(|v| v.x).collect();
+        let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..axis.values.len()).map(|i| i as f64).collect());
+        let position = |v: usize| self.variants[v].values.as_ref().map_or(0, |ix| ix[self.plot.0]);
+        let mut series = Vec::new();
+        for (k, (label, vs)) in self.curves().iter().enumerate() {
+            let mut points = Vec::new();
+            for &v in vs {
+                let y = self.variant_value(m, runs, v)?;
+                if y.is_finite() {
+                    points.push((xs[position(v)], y));
+                }
+            }
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let name = if label.is_empty() { m.name.clone() } else { label.clone() };
+            series.push(svg::Series { name, points, step_to: None, colour: svg::colour(k), dashed: false, markers: true });
+        }
+        let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let first_run = self.variants.len() - self.runs.len();
+        for (k, r) in self.runs.iter().enumerate() {
+            let y = self.variant_value(m, runs, first_run + k)?;
+            if y.is_finite() {
+                let colour = svg::colour(series.len());
+                series.push(svg::Series { name: r.name.clone(), points: vec![(lo, y), (hi, y)], step_to: None, colour, dashed: true, markers: false });
+            }
+        }
+        let pad = if hi > lo { (hi - lo) * 0.03 } else { 1.0 };
+        let ticks: Option<Vec<(f64, String)>> = match numeric {
+            Some(_) => None,
+            None => Some(xs.iter().cloned().zip(axis.values.iter().map(|v| v.name.clone())).collect()),
+        };
+        let seeds = if self.seeds.len() > 1 { format!(", mean of {} seeds", self.seeds.len()) } else { String::new() };
+        Ok(Some(svg::standalone(&svg::line_plot_ticks(
+            &format!("{}: {} against {}{seeds}", self.name, m.name, axis.name),
+            &axis.name,
+            &m.name,
+            (lo - pad, hi + pad),
+            &series,
+            ticks.as_deref(),
+        ))))
     }
 
     /// The runs as CSV (RFC 4180 quoting): variant, its value on each axis, seed, then
@@ -685,11 +755,6 @@ fn has_star(e: &Expr) -> bool {
         Expr::Neg(a) => has_star(a),
         Expr::Bin(_, a, b) => has_star(a) || has_star(b),
     }
-}
-
-/// A number for the printed table: four decimals, or as it is when not finite.
-fn fmt_num(v: f64) -> String {
-    if v.is_finite() { format!("{v:.4}") } else { format!("{v}") }
 }
 
 /// Along `points` (x, y), ordered by x, where y first falls below `limit`: the x of the

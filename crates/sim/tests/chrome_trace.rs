@@ -142,7 +142,15 @@ fn validate(sc: &Scenario, report: &Report, json: &str) -> Parsed {
                     s => panic!("instant with scope {s:?}"),
                 }
             }
+            "C" if name.starts_with("virtual time ") => {
+                // BVT's A_i and E_i (E_i <= A_i: a warp only lowers it)
+                assert!(sc.tasks.iter().any(|t| name == format!("virtual time {}", t.name)), "{name}");
+                let (a, ev) = (e["args"]["A"].as_f64().unwrap(), e["args"]["E"].as_f64().unwrap());
+                assert!(a.is_finite() && ev <= a, "{e}");
+                assert!(ns(&e["ts"]) <= elapsed);
+            }
             "C" => {
+                assert_eq!(name, "runnable");
                 let n = e["args"]["tasks"].as_i64().expect("a counter value");
                 assert!((0..=sc.tasks.len() as i64).contains(&n), "runnable {n}");
                 assert!(ns(&e["ts"]) <= elapsed);
@@ -306,4 +314,27 @@ fn the_checks_catch_overlapping_slices() {
     let err = std::panic::catch_unwind(|| validate(&sc, &report, &json)).expect_err("an overlap must fail the checks");
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("overlaps"), "{msg}");
+}
+
+/// BVT Figure 3's trace carries the virtual-time counters: the warped player's E is its A
+/// less the 50 ms warp (paper 001 §2.2); the hogs' E is their A.
+#[test]
+fn bvt_figure_3_trace_has_virtual_time_counters() {
+    let sc = load("experiments/bvt/fig3.toml", Some(1_000_000_000));
+    let (_, json) = traced(&sc);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let counters: Vec<&Value> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("virtual time ")).collect();
+    for t in &sc.tasks {
+        assert!(counters.iter().any(|e| e["name"] == format!("virtual time {}", t.name).as_str()), "{}", t.name);
+    }
+    let warped = counters.iter().filter(|e| e["name"] == "virtual time f3_mpeg" && e["args"]["A"] != e["args"]["E"]).count();
+    assert!(warped > 0);
+    for e in &counters {
+        let (a, ev) = (e["args"]["A"].as_f64().unwrap(), e["args"]["E"].as_f64().unwrap());
+        if e["name"] == "virtual time f3_mpeg" {
+            assert!(a == ev || (a - ev - 50.0).abs() < 1e-6, "{e}");
+        } else {
+            assert_eq!(a, ev);
+        }
+    }
 }

@@ -166,13 +166,13 @@ fn seeds_average_the_runs_and_the_table_shows_the_means() {
     assert_eq!(
         cells,
         [
-            vec!["group.hog.cpu_frac.max", "(group.hog.cpu_frac.max,", "mean", "of", "2", "seeds)"],
+            vec!["group.hog.cpu_frac.max", "(mean", "of", "2", "seeds)"],
             vec!["m", "a", "b"],
-            vec!["1.0000", "0.5000"],
+            vec!["1", "0.5"],
             vec![],
             vec!["half", "(group.hog.cpu_frac.max", "/", "2,", "mean", "of", "2", "seeds)"],
             vec!["m", "a", "b"],
-            vec!["0.5000", "0.2500"],
+            vec!["0.5", "0.25"],
             vec![],
         ],
         "{t}"
@@ -216,6 +216,12 @@ fn the_output_does_not_depend_on_the_threads() {
     assert_eq!((rows[4]["variant"].as_str(), rows[4]["seed"].as_u64()), (Some("one/3"), Some(2)));
     assert_eq!(rows[4]["values"]["task.hog.count"], "3");
     assert_eq!(rows[14]["values"].as_object().map(|o| o.len()), Some(0), "a [[run]] has no axis values");
+    // the plot: along the first axis (cpus: one, two, no x, so spaced evenly), a line
+    // per hog count, and the run as a level line
+    let svg = sweep.svg(&four).unwrap().unwrap();
+    assert!(svg.contains("task.hog.count = 1") && svg.contains("task.hog.count = 3") && svg.contains("solo"), "{svg}");
+    assert!(svg.contains("mean of 3 seeds"));
+    assert_eq!(svg.matches("<circle").count(), 4, "a dot per grid variant");
 }
 
 #[test]
@@ -233,4 +239,50 @@ fn a_base_file_holds_the_scenario() {
     assert!(e.contains("unknown key `until`"), "{e}");
     let e = Sweep::load(&write("base-missing.toml", &text.replace("base-scenario", "nope"))).unwrap_err();
     assert!(e.contains("base-missing.toml: base ") && e.contains("nope.toml"), "{e}");
+}
+
+fn example() -> Sweep {
+    Sweep::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/sweep/bvt-warp.toml")).unwrap()
+}
+
+/// The example of docs/sweep.md: 4 contention levels × 5 frame costs, plotted against
+/// the frame cost, a line per contention level.
+#[test]
+fn the_example_writes_its_grid() {
+    let s = example();
+    assert_eq!(s.grid().len(), 20);
+    let runs = s.run(2, &|_, _| {}).unwrap();
+    let csv = s.csv(&runs).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 20);
+    assert!(csv.starts_with("variant,task.hog.count,task.video.behaviour.exec,seed,task.video.response_max_ms,"), "{csv}");
+    assert!(csv.lines().nth(1).unwrap().starts_with("1/4ms,1,4ms,1,"), "{csv}");
+    let svg = s.svg(&runs).unwrap().unwrap();
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert_eq!(svg.matches("<svg").count(), svg.matches("</svg>").count());
+    for k in [1, 2, 4, 8] {
+        assert!(svg.contains(&format!("task.hog.count = {k}")), "a line per contention level");
+    }
+    assert_eq!(svg.matches("<circle").count(), 20, "a dot per grid point");
+}
+
+/// What the example shows (paper 001 §2.2): a frame that fits the warp time limit
+/// (6 ms) runs warped at once, so its response is its cost plus one 5 us switch however
+/// many hogs compete; a frame that overruns L runs unwarped after it, and waits longer
+/// the more hogs there are.
+#[test]
+fn warped_frames_within_the_limit_ignore_contention() {
+    let s = example();
+    let runs = s.run(2, &|_, _| {}).unwrap();
+    let resp = |hogs: &str, exec: &str| {
+        let v = s.variants.iter().position(|v| v.name == format!("{hogs}/{exec}")).unwrap();
+        s.variant_value(&s.metrics[0], &runs, v).unwrap()
+    };
+    for hogs in ["1", "2", "4", "8"] {
+        assert!((resp(hogs, "4ms") - 4.005).abs() < 1e-9);
+        assert!((resp(hogs, "5ms") - 5.005).abs() < 1e-9);
+        assert!((resp(hogs, "5.9ms") - 5.905).abs() < 1e-9);
+        assert!(resp(hogs, "7ms") > 7.005 + 10.0, "overrunning L waits behind the hogs");
+    }
+    let over: Vec<f64> = ["1", "2", "4", "8"].iter().map(|h| resp(h, "7ms")).collect();
+    assert!(over.windows(2).all(|w| w[1] > w[0]), "{over:?}");
 }

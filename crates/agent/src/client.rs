@@ -1,0 +1,295 @@
+//! The client library: talk to a running agent.
+//!
+//! Paper 000 §5's loop — JOIN the real-time scheduler, then SET the next wake-up each
+//! iteration — is:
+//!
+//! ```no_run
+//! use vassal_agent::client::Client;
+//! let mut c = Client::connect_default()?;
+//! c.join(Some("timed"))?;                         // JOIN
+//! let period = 1_000_000;                          // 1 ms
+//! let mut next = vassal_agent::kernel::now_ns();
+//! loop {
+//!     // ... the iteration's work ...
+//!     next += period;
+//!     c.wake_at(next)?;                            // SET, then sleep until `next`
+//! }
+//! # Ok::<(), vassal_agent::client::ClientError>(())
+//! ```
+//!
+//! `wake_at` sends SET for `next` (as `set_at`; the broker makes it SET(next − now)) to the task's scheduler and then sleeps on an absolute
+//! CLOCK_MONOTONIC timer until `next`. The scheduler arms an event `lead` before the
+//! target; the agent keeps the sleeping task armed at its running priority, so the
+//! kernel runs it the instant its timer fires.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+
+use vassal_core::Ns;
+
+use crate::config::DEFAULT_SOCKET;
+use crate::kernel;
+use crate::wire::{self, Answer, Call, TaskRow, WireRequest};
+
+/// What can go wrong talking to the agent.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The socket failed (no agent running, connection lost).
+    Io(io::Error),
+    /// The agent or a scheduler refused, or said the call was malformed.
+    Refused(String),
+    /// The agent sent something this client does not understand.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Io(e) => write!(f, "talking to the vassal agent: {e}"),
+            ClientError::Refused(r) => write!(f, "refused: {r}"),
+            ClientError::Protocol(p) => write!(f, "unexpected reply from the agent: {p}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<io::Error> for ClientError {
+    fn from(e: io::Error) -> Self {
+        ClientError::Io(e)
+    }
+}
+
+/// A connection to the agent.
+pub struct Client {
+    sock: UnixStream,
+    /// Bytes received and not yet consumed as reply lines.
+    inbuf: Vec<u8>,
+    /// Replies still owed for SETs sent by `wake_at` without waiting.
+    pending: usize,
+    pid: i32,
+}
+
+impl Client {
+    pub fn connect(path: &str) -> Result<Client, ClientError> {
+        let s = UnixStream::connect(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        Ok(Client { sock: s, inbuf: Vec::new(), pending: 0, pid: std::process::id() as i32 })
+    }
+
+    /// Connects to $VASSAL_SOCKET, else /run/vassal.sock.
+    pub fn connect_default() -> Result<Client, ClientError> {
+        let path = std::env::var("VASSAL_SOCKET").unwrap_or_else(|_| DEFAULT_SOCKET.to_string());
+        Client::connect(&path)
+    }
+
+    /// The next reply line; `wait = false`: None if none has fully arrived.
+    fn next_reply(&mut self, wait: bool) -> Result<Option<Answer>, ClientError> {
+        loop {
+            if let Some(pos) = self.inbuf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.inbuf.drain(..=pos).collect();
+                let text = String::from_utf8_lossy(&line);
+                return serde_json::from_str(text.trim_end()).map(Some).map_err(|e| ClientError::Protocol(format!("{e}: {text}")));
+            }
+            let mut tmp = [0u8; 4096];
+            self.sock.set_nonblocking(!wait)?;
+            let r = self.sock.read(&mut tmp);
+            self.sock.set_nonblocking(false)?;
+            match r {
+                Ok(0) => return Err(ClientError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the agent closed the connection"))),
+                Ok(n) => self.inbuf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Collects the replies to SETs sent without waiting; the first refusal is returned.
+    fn settle_pending(&mut self, wait: bool) -> Result<(), ClientError> {
+        let mut first_err = None;
+        while self.pending > 0 {
+            match self.next_reply(wait)? {
+                None => break,
+                Some(a) => {
+                    self.pending -= 1;
+                    if let (Answer::Refused { reason } | Answer::Error { message: reason }, None) = (a, &first_err) {
+                        first_err = Some(ClientError::Refused(reason));
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Sends one call and reads its answer (refusals come back as `Ok(Answer::Refused)`).
+    pub fn call(&mut self, call: &Call) -> Result<Answer, ClientError> {
+        self.settle_pending(true)?;
+        self.sock.write_all(wire::encode(call).as_bytes())?;
+        self.next_reply(true)?.ok_or_else(|| ClientError::Protocol("no reply".into()))
+    }
+
+    /// Like `call`, with refusals and errors as `Err`.
+    pub fn ok(&mut self, call: &Call) -> Result<Answer, ClientError> {
+        match self.call(call)? {
+            Answer::Refused { reason } => Err(ClientError::Refused(reason)),
+            Answer::Error { message } => Err(ClientError::Refused(message)),
+            a => Ok(a),
+        }
+    }
+
+    /// JOIN: this process joins `sched` (None: the default scheduler).
+    pub fn join(&mut self, sched: Option<&str>) -> Result<(), ClientError> {
+        self.join_pid(self.pid, sched, BTreeMap::new())
+    }
+
+    pub fn join_pid(&mut self, pid: i32, sched: Option<&str>, params: BTreeMap<String, i64>) -> Result<(), ClientError> {
+        self.ok(&Call::Join { pid, sched: sched.map(str::to_string), params }).map(|_| ())
+    }
+
+    /// MessageToScheduler about `pid` (to its owner if `sched` is None).
+    pub fn message(&mut self, sched: Option<&str>, pid: i32, request: WireRequest) -> Result<Answer, ClientError> {
+        self.ok(&Call::Message { sched: sched.map(str::to_string), pid, request })
+    }
+
+    /// SET(delay): run this process `delay` ns from now (paper 000 §5). Returns at once.
+    pub fn set(&mut self, delay: Ns) -> Result<(), ClientError> {
+        self.message(None, self.pid, WireRequest::Set { delay_ns: delay }).map(|_| ())
+    }
+
+    /// SET for the absolute CLOCK_MONOTONIC time `at`, then sleep until `at`. A time
+    /// already past returns at once (the caller is late: it catches up).
+    ///
+    /// The SET is sent without waiting for its reply, which is collected at the next
+    /// call (a refusal of an earlier SET is returned then): once it has asked for a time
+    /// the task is ineligible (paper 000 §5), so the agent parks it — waiting for the
+    /// reply, it could not even get to its sleep under load. Sleeping on its own timer,
+    /// it is armed at its running priority and runs the instant the timer fires.
+    pub fn wake_at(&mut self, at: Ns) -> Result<(), ClientError> {
+        match self.settle_pending(false) {
+            Err(ClientError::Refused(r)) if r.contains("already past") => {}
+            r => r?,
+        }
+        if at > kernel::now_ns() {
+            let call = Call::Message { sched: None, pid: self.pid, request: WireRequest::SetAt { at_ns: at } };
+            self.sock.write_all(wire::encode(&call).as_bytes())?;
+            self.pending += 1;
+            kernel::sleep_until(at);
+            while kernel::now_ns() < at {
+                kernel::sleep_until(at);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn tasks(&mut self) -> Result<Vec<TaskRow>, ClientError> {
+        match self.ok(&Call::Tasks)? {
+            Answer::Tasks { tasks } => Ok(tasks),
+            a => Err(ClientError::Protocol(format!("{a:?}"))),
+        }
+    }
+
+    pub fn status(&mut self) -> Result<wire::Status, ClientError> {
+        match self.ok(&Call::Status)? {
+            Answer::Status(s) => Ok(s),
+            a => Err(ClientError::Protocol(format!("{a:?}"))),
+        }
+    }
+}
+
+/// A child process forked and held before `exec` until [`HeldChild::release`], so it can
+/// be joined (and given its parameters and reservation) before it runs a single
+/// instruction of the command. Dropping an unreleased child kills and reaps it.
+pub struct HeldChild {
+    pub pid: i32,
+    go: Option<std::os::fd::OwnedFd>,
+    reaped: bool,
+}
+
+impl HeldChild {
+    /// Forks; the child waits for `release`, then execs `argv[0]` (searched in PATH) with
+    /// `argv`. Call it from a single-threaded process (the `vassal` command is).
+    pub fn spawn(argv: &[String]) -> io::Result<HeldChild> {
+        use std::ffi::CString;
+        use std::os::fd::FromRawFd;
+        if argv.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
+        }
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in argument")))
+            .collect::<io::Result<_>>()?;
+        let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the child only reads, closes and execs (async-signal-safe).
+        let pid = unsafe { libc::fork() };
+        if pid == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above; _exit on every failure path.
+            unsafe {
+                libc::close(fds[1]);
+                let mut b = 0u8;
+                let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+                if n != 1 {
+                    libc::_exit(127); // the parent gave up
+                }
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: our fds.
+        unsafe { libc::close(fds[0]) };
+        // SAFETY: fds[1] is a fresh fd we own.
+        let go = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+        Ok(HeldChild { pid, go: Some(go), reaped: false })
+    }
+
+    /// Lets the child exec its command.
+    pub fn release(&mut self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if let Some(go) = self.go.take() {
+            // SAFETY: writes one byte from a local to our fd.
+            if unsafe { libc::write(go.as_raw_fd(), [1u8].as_ptr().cast(), 1) } != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the child; its exit code (128 + signal if killed).
+    pub fn wait(&mut self) -> io::Result<i32> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid on our child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        self.reaped = true;
+        Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
+    }
+}
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SAFETY: signals and reaps our own child.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}

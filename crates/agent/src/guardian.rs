@@ -1,0 +1,215 @@
+//! The guardian: a separate process that returns every managed thread to its original
+//! policy, priority, nice and affinity the moment the agent dies, however it dies.
+//!
+//! Mechanism (not an exit handler):
+//! - The **ledger** is a shared anonymous mapping created before the guardian is forked,
+//!   so both processes see the same pages. Before the agent first changes a thread's
+//!   scheduling it writes that thread's record — tid, start time (so a recycled tid is
+//!   never touched), and the saved state — and only then marks it valid (a release
+//!   store). It clears the record after restoring the thread itself. A record is thus
+//!   valid whenever the thread may be in a state the agent gave it.
+//! - The **life line** is a pipe: the agent holds the write end, the guardian blocks in
+//!   `poll` on the read end. The kernel closes the write end when the agent exits for any
+//!   reason — SIGTERM, a panic (the agent aborts on panic), SIGKILL, OOM — and the poll
+//!   returns POLLHUP at once. The guardian runs at a SCHED_FIFO priority above
+//!   everything the agent hands out, with its memory locked, so it runs within
+//!   microseconds even when managed tasks hold every CPU at real-time priority; it then
+//!   restores every valid record and exits.
+//! - The agent watches the guardian in turn (`waitpid(WNOHANG)` each dispatcher pass):
+//!   if the guardian dies, the agent restores every task itself and exits, so no task
+//!   is ever managed without a guardian. (If both are killed at the same instant nothing
+//!   is left to restore; the kernel's RT throttling still bounds a raised task to 95%
+//!   of its CPU.)
+
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::kernel::{self, SchedState, MASK_WORDS};
+
+/// How many threads the ledger can hold (a join beyond it is refused).
+pub const LEDGER_CAPACITY: usize = 4096;
+
+const FREE: u32 = 0;
+const VALID: u32 = 2;
+
+#[repr(C)]
+struct Record {
+    state: AtomicU32,
+    tid: i32,
+    start_time: u64,
+    policy: i32,
+    prio: i32,
+    nice: i32,
+    _pad: i32,
+    affinity: [u64; MASK_WORDS],
+}
+
+/// The shared table of saved thread states (see the module documentation).
+pub struct Ledger {
+    base: *mut Record,
+    /// Records the agent has used (a hint for `alloc`; the guardian scans all).
+    next: usize,
+}
+
+// SAFETY: the mapping lives for the process; all access goes through &mut self (the
+// agent's state mutex) or happens in the single-threaded guardian.
+unsafe impl Send for Ledger {}
+
+/// A slot in the ledger, held by the agent for one managed thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(usize);
+
+impl Ledger {
+    /// Maps a new, empty ledger shared with processes forked after this call.
+    pub fn new() -> io::Result<Ledger> {
+        let len = LEDGER_CAPACITY * std::mem::size_of::<Record>();
+        // SAFETY: a fresh anonymous shared mapping, zero-filled (FREE records).
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ledger { base: p.cast(), next: 0 })
+    }
+
+    fn rec(&self, i: usize) -> &Record {
+        assert!(i < LEDGER_CAPACITY);
+        // SAFETY: in bounds of the mapping, which is never unmapped.
+        unsafe { &*self.base.add(i) }
+    }
+
+    fn rec_mut(&mut self, i: usize) -> *mut Record {
+        assert!(i < LEDGER_CAPACITY);
+        // SAFETY: in bounds.
+        unsafe { self.base.add(i) }
+    }
+
+    /// Records a thread's original state; valid once this returns. `None`: full.
+    pub fn save(&mut self, tid: i32, start_time: u64, s: &SchedState) -> Option<Slot> {
+        let i = (0..LEDGER_CAPACITY)
+            .map(|k| (self.next + k) % LEDGER_CAPACITY)
+            .find(|&i| self.rec(i).state.load(Ordering::Acquire) == FREE)?;
+        self.next = (i + 1) % LEDGER_CAPACITY;
+        let r = self.rec_mut(i);
+        // SAFETY: the record is FREE, so the guardian ignores it while we fill it; the
+        // release store below publishes the fields.
+        unsafe {
+            (*r).tid = tid;
+            (*r).start_time = start_time;
+            (*r).policy = s.policy;
+            (*r).prio = s.prio;
+            (*r).nice = s.nice;
+            (*r).affinity = s.affinity;
+        }
+        self.rec(i).state.store(VALID, Ordering::Release);
+        Some(Slot(i))
+    }
+
+    /// The saved state in a slot.
+    pub fn saved(&self, slot: Slot) -> (i32, u64, SchedState) {
+        let r = self.rec(slot.0);
+        (r.tid, r.start_time, SchedState { policy: r.policy, prio: r.prio, nice: r.nice, affinity: r.affinity })
+    }
+
+    /// Forgets a slot (after the agent restored the thread, or the thread exited).
+    pub fn clear(&mut self, slot: Slot) {
+        self.rec(slot.0).state.store(FREE, Ordering::Release);
+    }
+
+    /// How many records are valid.
+    pub fn valid(&self) -> usize {
+        (0..LEDGER_CAPACITY).filter(|&i| self.rec(i).state.load(Ordering::Acquire) == VALID).count()
+    }
+
+    /// Restores every valid record whose thread still exists (same tid and start time)
+    /// and clears it. Returns how many threads were restored.
+    pub fn restore_all(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..LEDGER_CAPACITY {
+            if self.rec(i).state.load(Ordering::Acquire) != VALID {
+                continue;
+            }
+            let (tid, start, s) = self.saved(Slot(i));
+            if kernel::start_time(tid).ok() == Some(start) && kernel::restore(tid, &s).is_ok() {
+                n += 1;
+            }
+            self.clear(Slot(i));
+        }
+        n
+    }
+}
+
+/// A running guardian, as the agent sees it.
+pub struct Guardian {
+    pub pid: i32,
+    /// The write end of the life line; the agent never writes to it, it only keeps it open.
+    _life: std::os::fd::OwnedFd,
+}
+
+impl Guardian {
+    /// Forks the guardian. Call it while the process is still single-threaded (before
+    /// the broker and dispatcher threads start), after creating the ledger.
+    pub fn spawn(ledger: &Ledger, prio: i32) -> io::Result<Guardian> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the process is single-threaded here (documented precondition), so the
+        // child may run ordinary code.
+        let pid = unsafe { libc::fork() };
+        if pid == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: our own fd.
+            unsafe { libc::close(fds[1]) };
+            let code = guard(Ledger { base: ledger.base, next: 0 }, fds[0], prio);
+            // SAFETY: leave without running the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(code) };
+        }
+        // SAFETY: our own fds; the write end is kept as an OwnedFd.
+        unsafe { libc::close(fds[0]) };
+        use std::os::fd::FromRawFd;
+        // SAFETY: fds[1] is a fresh fd we own.
+        let life = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+        Ok(Guardian { pid, _life: life })
+    }
+
+    /// Whether the guardian is still running (reaps it if not).
+    pub fn alive(&self) -> bool {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 }
+    }
+}
+
+/// The guardian's whole life: wait for the agent to go, then restore.
+fn guard(mut ledger: Ledger, life: i32, prio: i32) -> i32 {
+    // SAFETY: simple syscalls in a single-threaded child.
+    unsafe {
+        let name = c"vassal-guardian";
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0);
+        // systemd (KillMode=control-group) sends SIGTERM to every process of the unit: the
+        // guardian keeps guarding until the agent itself is gone.
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    let _ = kernel::mlockall();
+    let _ = kernel::set_self(prio);
+    loop {
+        let mut p = libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd we own.
+        let r = unsafe { libc::poll(&mut p, 1, -1) };
+        if r == 1 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0 {
+            break;
+        }
+    }
+    let n = ledger.restore_all();
+    if n > 0 {
+        eprintln!("vassal-guardian: the agent is gone; restored {n} thread(s) to their original scheduling");
+    }
+    0
+}

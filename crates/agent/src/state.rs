@@ -1,0 +1,721 @@
+//! The agent's mechanism: `vassal_core::Dispatcher` driven by real time and real
+//! processes, and its decisions turned into kernel state (paper 002's priority technique).
+//!
+//! **Unit of scheduling: the process.** A vassal task is one process (thread group), as
+//! in paper 002 ("our scheduler is a *process* scheduler", §2.1): clients name pids,
+//! SO_PEERCRED names a pid and uid, ownership and budgets belong to the application, and
+//! the process CPU clock is its CPU use. Every thread of a managed process gets the same
+//! kernel state — a selected process is bound to the one CPU it was selected for, like
+//! paper 002's SetProcessAffinityMask — so a multithreaded process runs on one CPU at a
+//! time. Threads are listed at join and re-listed every [`RESCAN`]; raised threads carry
+//! SCHED_RESET_ON_FORK, so a thread or child created in between starts at SCHED_OTHER.
+//!
+//! **Kernel state of a managed process** (recomputed after every change, applied only
+//! where it differs from what was applied last):
+//! - *selected* (the dispatcher runs it on CPU c): bound to c; SCHED_FIFO `run_priority`
+//!   if it is a real-time-class task, else as `best_effort_run` says (SCHED_OTHER by
+//!   default, so unmanaged time-sharing work keeps its share: paper 002's 1 − r);
+//! - *armed* (blocked, real-time class): bound to the CPU it last ran on at SCHED_FIFO
+//!   `run_priority + 1`, so the instant it wakes the kernel dispatches it, ahead of
+//!   whatever the agent selected there — the agent only learns of the wake at its next
+//!   poll. This is "raising a task ahead of its release time": a task that sleeps until
+//!   its next release (a frame, a timed SET) is already at its running priority when the
+//!   timer fires. If the policy would not have picked it, the next pass parks it again:
+//!   a wrong guess costs at most one tick;
+//! - *parked* (everything else): SCHED_IDLE with its own affinity — it runs only on a CPU
+//!   nothing else wants.
+//!
+//! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
+//! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
+//!
+//! **Events** (the polling fallback of the event source): each pass reads every managed
+//! thread's state letter from a kept-open /proc/PID/task/TID/stat (R = runnable) and the
+//! process CPU clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU
+//! used since the last pass becomes `Dispatcher::account`. Passes run every `tick`, and
+//! also at each scheduler event (absolute CLOCK_MONOTONIC time); slice ends are checked
+//! at every pass, so a slice overruns by less than one tick. A block or
+//! wake is thus seen up to one tick late (plus the dispatcher's own wake-up latency); an
+//! armed task does not wait for it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use vassal_core::{
+    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender,
+    TaskId, TaskState, Wake, CPU_PPM, MS, SEC,
+};
+
+use crate::config::{to_params, BestEffortRun, Config};
+use crate::guardian::{Ledger, Slot};
+use crate::kernel::{self, CpuClock, Mask, StatFile, RESET_ON_FORK};
+use crate::wire::{Answer, SchedRow, TaskRow};
+
+/// How often the threads of a managed process are re-listed.
+pub const RESCAN: Ns = 250 * MS;
+/// Latency samples kept per task.
+const LAT_SAMPLES: usize = 1024;
+
+/// What the agent made of a process in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KState {
+    /// Not yet touched (just joined).
+    Untouched,
+    Run { cpu: u16, fifo: bool },
+    Armed { cpu: u16 },
+    Parked,
+}
+
+struct Thread {
+    tid: i32,
+    slot: Slot,
+    stat: StatFile,
+    orig_affinity: Mask,
+    applied: KState,
+}
+
+impl Thread {
+    fn runnable(&mut self) -> std::io::Result<bool> {
+        self.stat.runnable()
+    }
+}
+
+struct Managed {
+    pid: i32,
+    uid: u32,
+    threads: Vec<Thread>,
+    clock: CpuClock,
+    cpu_ns: u64,
+    /// CPU it used that the dispatcher has not been told of yet (see `poll`).
+    unaccounted: u64,
+    joined_cpu_ns: u64,
+    params: BTreeMap<String, i64>,
+    last_cpu: Option<u16>,
+    /// When the agent saw it become runnable and it has not been selected since.
+    runnable_since: Option<Ns>,
+    lat: VecDeque<u32>,
+    /// (time, CPU clock) samples, one per 100 ms, for the one-second share.
+    samples: VecDeque<(Ns, u64)>,
+    rescanned: Ns,
+    want: KState,
+}
+
+/// The agent's state, guarded by one mutex shared by the broker and the dispatcher.
+pub struct Agent {
+    pub cfg: Config,
+    disp: Dispatcher,
+    ncpus: u16,
+    by_pid: BTreeMap<i32, TaskId>,
+    tasks: BTreeMap<u32, Managed>,
+    events: BTreeSet<(Ns, u32, u64)>,
+    event_at: BTreeMap<(u32, u64), Ns>,
+    slice_end: Vec<Option<Ns>>,
+    ledger: Ledger,
+    effects: Vec<Effect>,
+    /// CPUs whose task blocked or left: they need a decision.
+    pending_resched: BTreeSet<u16>,
+    /// CPUs whose slice ran out.
+    pending_expired: BTreeSet<u16>,
+    pub next_tick: Ns,
+    pub passes: u64,
+    pub started: Ns,
+    /// Errors of kernel calls, counted (a task that vanished mid-call is not an error).
+    pub kernel_errors: u64,
+    /// $VASSAL_AGENT_TRACE: a file to log every wake, block and decision to (debugging).
+    trace: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// What went wrong setting the agent up.
+pub type SetupError = String;
+
+impl Agent {
+    pub fn new(cfg: Config, ledger: Ledger, now: Ns) -> Result<Agent, SetupError> {
+        let ncpus = kernel::online_cpus();
+        let default = vassal_policies::build(&cfg.default.kind, &to_params(&cfg.default.params))?;
+        let be_ppm = ((1.0 - cfg.rt_fraction) * ncpus as f64 * CPU_PPM as f64).round() as u64;
+        let hcfg = HierarchyConfig { min_best_effort_ppm: Some(be_ppm) };
+        let mut disp = Dispatcher::new(ncpus, &cfg.default.kind, default, hcfg);
+        for s in &cfg.schedulers {
+            let p = vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            let usage = s.usage.to_usage(ncpus).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            // Listed top-down: each goes just above the default, below the ones before it.
+            let pos = match disp.schedulers().len() {
+                1 => Position::Top,
+                _ => Position::Above(disp.default_sched()),
+            };
+            disp.register(&s.name, p, usage, pos).map_err(|e| e.to_string())?;
+        }
+        Ok(Agent {
+            cfg,
+            disp,
+            ncpus,
+            by_pid: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            events: BTreeSet::new(),
+            event_at: BTreeMap::new(),
+            slice_end: vec![None; ncpus as usize],
+            ledger,
+            effects: Vec::new(),
+            pending_resched: BTreeSet::new(),
+            pending_expired: BTreeSet::new(),
+            next_tick: now,
+            passes: 0,
+            started: now,
+            kernel_errors: 0,
+            trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
+        })
+    }
+
+    pub fn ncpus(&self) -> u16 {
+        self.ncpus
+    }
+    pub fn managed(&self) -> usize {
+        self.tasks.len()
+    }
+    pub fn task_of(&self, pid: i32) -> Option<TaskId> {
+        self.by_pid.get(&pid).copied()
+    }
+    pub fn lookup(&self, name: &str) -> Option<SchedId> {
+        self.disp.lookup(name)
+    }
+    pub fn param(&self, pid: i32, name: &str) -> Option<i64> {
+        let t = self.by_pid.get(&pid)?;
+        self.tasks.get(&t.0)?.params.get(name).copied()
+    }
+    pub fn uid_of_task(&self, pid: i32) -> Option<u32> {
+        let t = self.by_pid.get(&pid)?;
+        self.tasks.get(&t.0).map(|m| m.uid)
+    }
+
+    /// The earliest time the dispatcher must run again: the next tick or scheduler event.
+    /// Slice ends are checked at the passes that happen anyway (every tick at least): a
+    /// slice overruns by less than one tick, and the agent wakes far less often than if
+    /// every slice end were a wake-up of its own.
+    pub fn next_deadline(&self) -> Ns {
+        let mut d = self.next_tick;
+        if let Some(&(at, _, _)) = self.events.first() {
+            d = d.min(at);
+        }
+        d
+    }
+
+    fn rt_class(&self, task: TaskId, m: &Managed) -> bool {
+        self.disp.owner(task) != Some(self.disp.default_sched()) || m.params.get("warp").is_some_and(|&w| w > 0)
+    }
+
+    // ----- joining and leaving -----
+
+    /// Starts managing `pid` (owned by `uid`): its threads' states go into the ledger
+    /// before anything is changed, and the default scheduler gets it with `params`.
+    fn manage(&mut self, now: Ns, pid: i32, uid: u32, params: &BTreeMap<String, i64>) -> Result<TaskId, String> {
+        let clock = CpuClock::of_process(pid).map_err(|e| format!("process {pid}: {e}"))?;
+        let cpu_ns = clock.read().map_err(|e| format!("process {pid}: {e}"))?;
+        let mut threads = Vec::new();
+        let tids = kernel::threads(pid).map_err(|e| format!("process {pid}: {e}"))?;
+        for tid in tids {
+            match self.adopt_thread(tid) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    for t in threads {
+                        self.ledger.clear(t.slot);
+                    }
+                    return Err(format!("process {pid} thread {tid}: {e}"));
+                }
+            }
+        }
+        let runnable = threads.iter_mut().any(|t| t.stat.state().is_ok_and(|s| s == b'R'));
+        let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| t.orig_affinity[0]));
+        match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
+            Ok(task) => {
+                self.by_pid.insert(pid, task);
+                self.tasks.insert(
+                    task.0,
+                    Managed {
+                        pid,
+                        uid,
+                        threads,
+                        clock,
+                        cpu_ns,
+                        unaccounted: 0,
+                        joined_cpu_ns: cpu_ns,
+                        params: params.clone(),
+                        last_cpu: None,
+                        runnable_since: runnable.then_some(now),
+                        lat: VecDeque::new(),
+                        samples: VecDeque::from([(now, cpu_ns)]),
+                        rescanned: now,
+                        want: KState::Untouched,
+                    },
+                );
+                Ok(task)
+            }
+            Err((_, why)) => {
+                for t in threads {
+                    self.ledger.clear(t.slot);
+                }
+                Err(why)
+            }
+        }
+    }
+
+    fn adopt_thread(&mut self, tid: i32) -> Result<Thread, String> {
+        let start = kernel::start_time(tid).map_err(|e| e.to_string())?;
+        let saved = kernel::get_sched(tid).map_err(|e| e.to_string())?;
+        // SCHED_DEADLINE parameters cannot be saved and restored with sched_setscheduler.
+        if saved.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
+            return Err("a SCHED_DEADLINE thread cannot be managed".into());
+        }
+        let stat = StatFile::open(tid).map_err(|e| e.to_string())?;
+        let slot = self.ledger.save(tid, start, &saved).ok_or("the guardian's ledger is full")?;
+        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched })
+    }
+
+    /// JOIN: manage `pid` if it is not yet, then move it to `sched`. Permission and
+    /// ceilings were checked by the broker.
+    pub fn join(&mut self, now: Ns, pid: i32, uid: u32, sched: Option<SchedId>, params: &BTreeMap<String, i64>) -> Answer {
+        let (task, fresh) = match self.by_pid.get(&pid) {
+            Some(&t) => (t, false),
+            None => match self.manage(now, pid, uid, params) {
+                Ok(t) => (t, true),
+                Err(e) => return Answer::refused(e),
+            },
+        };
+        if !fresh {
+            // Already managed: new parameters go to its scheduler one by one.
+            let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
+            for (k, v) in params {
+                let r = self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name: k.clone(), value: *v });
+                if let Reply::Refused(why) = r {
+                    self.settle(now);
+                    return Answer::refused(format!("parameter {k}: {why}"));
+                }
+                if let Some(m) = self.tasks.get_mut(&task.0) {
+                    m.params.insert(k.clone(), *v);
+                }
+            }
+        }
+        let target = sched.unwrap_or(self.disp.default_sched());
+        let reply = self.disp.message(now, target, Sender { task: Some(task), uid }, task, &Request::Join);
+        if let Reply::Refused(why) = reply {
+            if fresh {
+                self.unmanage(now, task, true);
+            }
+            self.settle(now);
+            return Answer::refused(why);
+        }
+        self.settle(now);
+        let name = self.disp.sched_name(target).unwrap_or("?").to_string();
+        Answer::Joined { task: task.0, sched: name }
+    }
+
+    /// LEAVE: back to the default scheduler.
+    pub fn leave(&mut self, now: Ns, pid: i32, uid: u32) -> Answer {
+        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
+        let r = self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Leave);
+        self.settle(now);
+        r.into()
+    }
+
+    /// Stops managing `pid`, restoring its threads.
+    pub fn release(&mut self, now: Ns, pid: i32) -> Answer {
+        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        self.unmanage(now, task, true);
+        self.settle(now);
+        Answer::Ok
+    }
+
+    fn unmanage(&mut self, now: Ns, task: TaskId, restore: bool) {
+        if let Some(cpu) = self.disp.remove_task(now, task) {
+            self.effects_push_resched(cpu);
+        }
+        if let Some(m) = self.tasks.remove(&task.0) {
+            self.by_pid.remove(&m.pid);
+            for t in m.threads {
+                if restore {
+                    let (tid, start, saved) = self.ledger.saved(t.slot);
+                    if kernel::start_time(tid).ok() == Some(start) {
+                        let _ = kernel::restore(tid, &saved);
+                    }
+                }
+                self.ledger.clear(t.slot);
+            }
+        }
+    }
+
+    fn effects_push_resched(&mut self, cpu: CpuId) {
+        self.slice_end[cpu.0 as usize] = None;
+        self.pending_resched.insert(cpu.0);
+    }
+
+    /// MessageToScheduler about `pid` (to its owner when `sched` is None).
+    pub fn message(&mut self, now: Ns, sched: Option<SchedId>, pid: i32, uid: u32, req: &Request) -> Answer {
+        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        let to = sched.or(self.disp.owner(task)).unwrap_or(self.disp.default_sched());
+        let r = self.disp.message(now, to, Sender { task: Some(task), uid }, task, req);
+        if let (Reply::Ok, Request::Param { name, value }) = (&r, req) {
+            if let Some(m) = self.tasks.get_mut(&task.0) {
+                m.params.insert(name.clone(), *value);
+            }
+        }
+        self.settle(now);
+        r.into()
+    }
+
+    pub fn register(&mut self, now: Ns, name: &str, kind: &str, params: &BTreeMap<String, crate::config::Value>, usage: &crate::config::UsageSpec, above: Option<&str>) -> Answer {
+        let policy = match vassal_policies::build(kind, &to_params(params)) {
+            Ok(p) => p,
+            Err(e) => return Answer::refused(e),
+        };
+        let usage = match usage.to_usage(self.ncpus) {
+            Ok(u) => u,
+            Err(e) => return Answer::refused(e),
+        };
+        let pos = match above {
+            None => Position::Top,
+            Some(a) => match self.disp.lookup(a) {
+                Some(id) => Position::Above(id),
+                None => return Answer::refused(format!("no scheduler named '{a}'")),
+            },
+        };
+        let r = match self.disp.register(name, policy, usage, pos) {
+            Ok(_) => Answer::Ok,
+            Err(e) => Answer::refused(e.to_string()),
+        };
+        self.settle(now);
+        r
+    }
+
+    pub fn unregister(&mut self, now: Ns, name: &str) -> Answer {
+        let Some(id) = self.disp.lookup(name) else { return Answer::refused(format!("no scheduler named '{name}'")) };
+        let r = match self.disp.unregister(now, id) {
+            Ok(_) => Answer::Ok,
+            Err(e) => Answer::refused(e.to_string()),
+        };
+        self.settle(now);
+        r
+    }
+
+    // ----- the dispatcher's pass -----
+
+    /// One pass of the dispatcher at `now`: poll every managed process, fire due events,
+    /// end expired slices, deliver the tick if due, decide, and apply.
+    pub fn pass(&mut self, now: Ns) {
+        self.passes += 1;
+        self.poll(now);
+        while let Some(&(at, sched, token)) = self.events.first() {
+            if at > now {
+                break;
+            }
+            self.events.pop_first();
+            self.event_at.remove(&(sched, token));
+            self.disp.fire_event(now, SchedId(sched), token);
+        }
+        if now >= self.next_tick {
+            for c in 0..self.ncpus {
+                self.disp.tick(now, CpuId(c));
+            }
+            let tick = self.cfg.tick;
+            self.next_tick = if now - self.next_tick > tick { now + tick } else { self.next_tick + tick };
+        }
+        for c in 0..self.ncpus as usize {
+            if self.slice_end[c].is_some_and(|e| e <= now) {
+                self.slice_end[c] = None;
+                self.pending_expired.insert(c as u16);
+            }
+        }
+        self.settle(now);
+    }
+
+    /// Reads each process's runnability and CPU clock and tells the dispatcher.
+    fn poll(&mut self, now: Ns) {
+        let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let task = TaskId(id);
+            let m = self.tasks.get_mut(&id).expect("listed");
+            // Runnable if any thread is; gone if the main thread is (its stat line is read
+            // at each rescan: through wchan a zombie would look runnable).
+            let rescan = now >= m.rescanned + RESCAN;
+            let mut runnable = false;
+            let mut gone = false;
+            for (i, t) in m.threads.iter_mut().enumerate() {
+                let main = i == 0 && t.tid == m.pid;
+                match t.runnable() {
+                    Ok(r) => runnable |= r,
+                    Err(_) if main => gone = true,
+                    Err(_) => {}
+                }
+                if main && rescan && matches!(t.stat.state(), Ok(b'Z' | b'X') | Err(_)) {
+                    gone = true;
+                }
+            }
+            let cpu_now = m.clock.read();
+            if gone || cpu_now.is_err() {
+                self.unmanage(now, task, false);
+                continue;
+            }
+            let cpu_now = cpu_now.expect("checked");
+            let ran = cpu_now.saturating_sub(m.cpu_ns);
+            m.cpu_ns = cpu_now;
+            m.unaccounted += ran;
+            if m.samples.back().is_none_or(|&(t, _)| now >= t + 100 * MS) {
+                m.samples.push_back((now, cpu_now));
+                while m.samples.len() > 11 {
+                    m.samples.pop_front();
+                }
+            }
+            let last_cpu = m.last_cpu;
+            // CPU used is told to the dispatcher while it has the task running. A task also
+            // runs when the dispatcher does not know it: armed, from its wake until the
+            // next poll; parked, on a CPU nothing else wants. That time is told at its next
+            // dispatch, with the run it started, rather than as a separate run: a policy
+            // charging whole quanta per run (BVT's mcu, §2) would otherwise charge a full
+            // mcu for each sliver. Past one second untold it is told anyway.
+            let unaccounted = m.unaccounted;
+            let cpu = match self.disp.state(task) {
+                TaskState::Running(c) => Some(c),
+                _ if unaccounted >= SEC => Some(CpuId(last_cpu.unwrap_or(0))),
+                _ => None,
+            };
+            if let (Some(cpu), true) = (cpu, unaccounted > 0) {
+                m.unaccounted = 0;
+                self.disp.account(now, task, cpu, unaccounted);
+            }
+            let st = self.disp.state(task);
+            if let Some(tr) = self.trace.as_mut() {
+                use std::io::Write;
+                if runnable != st.is_runnable() || ran > 0 {
+                    let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
+                }
+            }
+            if runnable && st == TaskState::Blocked {
+                self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
+                if let Some(m) = self.tasks.get_mut(&id) {
+                    m.runnable_since = Some(now);
+                }
+            } else if !runnable && st.is_runnable() {
+                if let Some(cpu) = self.disp.block(now, task, Block { voluntary: true }) {
+                    self.effects_push_resched(cpu);
+                }
+                if let Some(m) = self.tasks.get_mut(&id) {
+                    m.runnable_since = None;
+                }
+            }
+            if rescan {
+                self.rescan(now, id);
+            }
+        }
+    }
+
+    /// Re-lists a process's threads: new ones are saved and given the process's state.
+    fn rescan(&mut self, now: Ns, id: u32) {
+        let Some(m) = self.tasks.get_mut(&id) else { return };
+        m.rescanned = now;
+        let Ok(tids) = kernel::threads(m.pid) else { return };
+        let known: BTreeSet<i32> = m.threads.iter().map(|t| t.tid).collect();
+        let now_set: BTreeSet<i32> = tids.iter().copied().collect();
+        let mut gone = Vec::new();
+        m.threads.retain(|t| {
+            let keep = now_set.contains(&t.tid);
+            if !keep {
+                gone.push(t.slot);
+            }
+            keep
+        });
+        for s in gone {
+            self.ledger.clear(s);
+        }
+        for tid in tids.into_iter().filter(|t| !known.contains(t)) {
+            if let Ok(t) = self.adopt_thread(tid) {
+                if let Some(m) = self.tasks.get_mut(&id) {
+                    m.threads.push(t);
+                }
+            }
+        }
+    }
+
+    /// Carries out what the policies asked (events, reschedules), then applies the
+    /// resulting decisions to the kernel.
+    pub fn settle(&mut self, now: Ns) {
+        for _round in 0..1000 {
+            let mut effects = std::mem::take(&mut self.effects);
+            self.disp.drain_effects(&mut effects);
+            let mut resched: BTreeMap<u16, Preempt> = BTreeMap::new();
+            for c in std::mem::take(&mut self.pending_expired) {
+                resched.insert(c, Preempt::SliceExpired);
+            }
+            for c in std::mem::take(&mut self.pending_resched) {
+                resched.insert(c, Preempt::Resched);
+            }
+            for e in effects.drain(..) {
+                match e {
+                    Effect::SetEvent { sched, token, at } => {
+                        if let Some(old) = self.event_at.insert((sched.0, token), at) {
+                            self.events.remove(&(old, sched.0, token));
+                        }
+                        self.events.insert((at, sched.0, token));
+                    }
+                    Effect::CancelEvent { sched, token } => {
+                        if let Some(old) = self.event_at.remove(&(sched.0, token)) {
+                            self.events.remove(&(old, sched.0, token));
+                        }
+                    }
+                    Effect::Resched(cpu) => {
+                        resched.entry(cpu.0).or_insert(Preempt::Resched);
+                    }
+                }
+            }
+            self.effects = effects;
+            if resched.is_empty() {
+                break;
+            }
+            for (c, why) in resched {
+                let d = self.disp.schedule(now, CpuId(c), why);
+                if let Some(tr) = self.trace.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
+                }
+                self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
+                if let Some(d) = d {
+                    if let Some(m) = self.tasks.get_mut(&d.task.0) {
+                        m.last_cpu = Some(c);
+                        if let Some(since) = m.runnable_since.take() {
+                            if m.lat.len() == LAT_SAMPLES {
+                                m.lat.pop_front();
+                            }
+                            m.lat.push_back(((now - since) / 1000).min(u32::MAX as u64) as u32);
+                        }
+                    }
+                }
+            }
+        }
+        self.enforce();
+    }
+
+    /// Applies the dispatcher's decisions as kernel state (see the module documentation).
+    fn enforce(&mut self) {
+        let run_prio = self.cfg.run_priority;
+        let be_fifo = self.cfg.best_effort_run == BestEffortRun::Fifo;
+        let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let task = TaskId(id);
+            let m = &self.tasks[&id];
+            let rt = self.rt_class(task, m);
+            let want = match self.disp.state(task) {
+                TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt || be_fifo },
+                TaskState::Blocked if rt => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
+                _ => KState::Parked,
+            };
+            let m = self.tasks.get_mut(&id).expect("listed");
+            m.want = want;
+            if let KState::Run { cpu, .. } = want {
+                m.last_cpu = Some(cpu);
+            }
+            for t in &mut m.threads {
+                if t.applied == want {
+                    continue;
+                }
+                let r = match want {
+                    KState::Run { cpu, fifo } => kernel::set_affinity(t.tid, &kernel::one_cpu(cpu)).and_then(|_| {
+                        if fifo {
+                            kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio)
+                        } else {
+                            kernel::set_policy(t.tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
+                        }
+                    }),
+                    KState::Armed { cpu } => kernel::set_affinity(t.tid, &kernel::one_cpu(cpu))
+                        .and_then(|_| kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1)),
+                    KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0)
+                        .and_then(|_| kernel::set_affinity(t.tid, &t.orig_affinity)),
+                    KState::Untouched => Ok(()),
+                };
+                match r {
+                    Ok(()) => t.applied = want,
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(_) => self.kernel_errors += 1,
+                }
+            }
+        }
+    }
+
+    /// Restores every managed process and forgets it (orderly shutdown).
+    pub fn restore_all(&mut self, now: Ns) {
+        let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        for id in ids {
+            self.unmanage(now, TaskId(id), true);
+        }
+        self.ledger.restore_all();
+    }
+
+    // ----- reports -----
+
+    pub fn hierarchy(&self) -> Answer {
+        let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+        for &id in self.tasks.keys() {
+            if let Some(o) = self.disp.owner(TaskId(id)) {
+                *counts.entry(o.0).or_default() += 1;
+            }
+        }
+        let schedulers = self
+            .disp
+            .schedulers()
+            .into_iter()
+            .map(|s| SchedRow {
+                tasks: counts.get(&s.id.0).copied().unwrap_or(0),
+                name: s.name,
+                kind: s.kind,
+                usage: s.usage.describe(),
+                decided: s.decided,
+                refused: s.refused,
+            })
+            .collect();
+        Answer::Hierarchy { schedulers }
+    }
+
+    pub fn task_rows(&self) -> Vec<TaskRow> {
+        self.tasks
+            .iter()
+            .map(|(&id, m)| {
+                let task = TaskId(id);
+                let (t0, c0) = m.samples.front().copied().unwrap_or((0, 0));
+                let (t1, c1) = (m.samples.back().map_or(0, |s| s.0).max(t0), m.cpu_ns);
+                let share = if t1 > t0 { c1.saturating_sub(c0) as f64 / (t1 - t0) as f64 } else { 0.0 };
+                let mut lat: Vec<u32> = m.lat.iter().copied().collect();
+                lat.sort_unstable();
+                let pct = |p: f64| if lat.is_empty() { 0.0 } else { lat[((lat.len() - 1) as f64 * p).round() as usize] as f64 };
+                TaskRow {
+                    pid: m.pid,
+                    uid: m.uid,
+                    task: id,
+                    sched: self.disp.owner(task).and_then(|o| self.disp.sched_name(o)).unwrap_or("?").to_string(),
+                    threads: m.threads.len(),
+                    state: match self.disp.state(task) {
+                        TaskState::Running(c) => format!("running on {c}"),
+                        TaskState::Runnable => "runnable".into(),
+                        TaskState::Blocked => "blocked".into(),
+                        TaskState::Dead => "exited".into(),
+                    },
+                    kernel: match m.want {
+                        KState::Untouched => "untouched".into(),
+                        KState::Run { cpu, fifo: true } => format!("fifo{} cpu{cpu}", self.cfg.run_priority),
+                        KState::Run { cpu, fifo: false } => format!("other cpu{cpu}"),
+                        KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
+                        KState::Parked => "idle".into(),
+                    },
+                    cpu_ns: m.cpu_ns - m.joined_cpu_ns,
+                    share,
+                    latency_p50_us: pct(0.5),
+                    latency_p99_us: pct(0.99),
+                    params: m.params.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// How many ledger records are valid (for tests: one per managed thread).
+    pub fn ledger_records(&self) -> usize {
+        self.ledger.valid()
+    }
+
+    pub fn uptime(&self, now: Ns) -> Ns {
+        now.saturating_sub(self.started).max(1)
+    }
+}

@@ -1,0 +1,254 @@
+//! The wire protocol between clients and the broker: one JSON object per line, each way.
+//! A call is answered by exactly one reply line; a connection may carry many calls.
+//!
+//! Calls (`"op"`): `join`, `leave`, `release`, `param`, `message`, `hierarchy`, `tasks`,
+//! `register`, `unregister`. Replies (`"reply"`): `ok`, `value`, `fraction`, `refused`
+//! (the scheduler or the broker said no: permission, ceiling, admission), `error` (the
+//! call itself was malformed), `joined`, `hierarchy`, `tasks`. docs/agent.md has
+//! examples of each. A line longer than [`MAX_LINE`] bytes, or not UTF-8, or not a
+//! call, gets an `error` reply naming what was wrong; the agent never panics on input.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use vassal_core::{Ns, Reply, Request};
+
+use crate::config::{UsageSpec, Value};
+
+/// The longest call line accepted, in bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A client's call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Call {
+    /// Manage process `pid` and move it to scheduler `sched` (default: the default
+    /// scheduler), with task parameters `params` (e.g. weight, warp, warp_limit, unwarp
+    /// in ns). A process already managed just moves (Vassal's JOIN).
+    Join {
+        pid: i32,
+        #[serde(default)]
+        sched: Option<String>,
+        #[serde(default)]
+        params: BTreeMap<String, i64>,
+    },
+    /// Return the process to the default scheduler (Vassal's LEAVE).
+    Leave { pid: i32 },
+    /// Stop managing the process: its threads get their original scheduling back.
+    Release { pid: i32 },
+    /// Set one task parameter through its scheduler (`Request::Param`).
+    Param { pid: i32, name: String, value: i64 },
+    /// MessageToScheduler: `request` about `pid` to scheduler `sched` (default: the
+    /// scheduler that owns the process).
+    Message {
+        #[serde(default)]
+        sched: Option<String>,
+        pid: i32,
+        request: WireRequest,
+    },
+    /// The hierarchy, top-down.
+    Hierarchy,
+    /// The managed processes with live figures.
+    Tasks,
+    /// RegisterScheduler: load a built-in policy `kind` as `name`, at the top or just
+    /// above `above`. Root only.
+    Register {
+        name: String,
+        kind: String,
+        #[serde(default)]
+        params: BTreeMap<String, Value>,
+        usage: UsageSpec,
+        #[serde(default)]
+        above: Option<String>,
+    },
+    /// UnregisterScheduler: its tasks return to the default scheduler. Root only.
+    Unregister { name: String },
+    /// The agent's own figures.
+    Status,
+}
+
+/// A request to a scheduler (vassal_core's `Request`), times in ns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WireRequest {
+    /// Vassal §5: run me `delay_ns` from now.
+    Set { delay_ns: Ns },
+    /// SET for an absolute CLOCK_MONOTONIC time: the broker turns it into `Set` with the
+    /// delay from the instant it hands the request to the scheduler, so the time the
+    /// message spent in transit is not added to the target (refused if already past).
+    SetAt { at_ns: Ns },
+    Warp { on: bool },
+    Param { name: String, value: i64 },
+    Reserve { util: f64, period_ns: Ns },
+    Free,
+    Modify { util: f64, period_ns: Ns },
+    Avail,
+    /// Absolute times on the agent's CLOCK_MONOTONIC.
+    Deadline { start_ns: Ns, need_ns: Ns, deadline_ns: Ns },
+}
+
+impl WireRequest {
+    pub fn to_request(&self) -> Request {
+        match self {
+            WireRequest::Set { delay_ns } => Request::Set { delay: *delay_ns },
+            // `Agent::message` resolves SetAt against its clock before this is used.
+            WireRequest::SetAt { .. } => Request::Set { delay: 0 },
+            WireRequest::Warp { on } => Request::Warp { on: *on },
+            WireRequest::Param { name, value } => Request::Param { name: name.clone(), value: *value },
+            WireRequest::Reserve { util, period_ns } => Request::Reserve { util: *util, period: *period_ns },
+            WireRequest::Free => Request::Free,
+            WireRequest::Modify { util, period_ns } => Request::Modify { util: *util, period: *period_ns },
+            WireRequest::Avail => Request::Avail,
+            WireRequest::Deadline { start_ns, need_ns, deadline_ns } => {
+                Request::Deadline { start: *start_ns, need: *need_ns, deadline: *deadline_ns }
+            }
+        }
+    }
+}
+
+/// A registered scheduler, for `hierarchy`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SchedRow {
+    pub name: String,
+    pub kind: String,
+    pub usage: String,
+    pub decided: u64,
+    pub refused: u64,
+    pub tasks: usize,
+}
+
+/// A managed process, for `tasks`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRow {
+    pub pid: i32,
+    pub uid: u32,
+    pub task: u32,
+    pub sched: String,
+    pub threads: usize,
+    /// Runnable / running / blocked, as the dispatcher sees it.
+    pub state: String,
+    /// What the agent made of it in the kernel: e.g. "fifo50 cpu1", "armed fifo51 cpu0",
+    /// "other", "idle".
+    pub kernel: String,
+    /// CPU used, ns, since it joined.
+    pub cpu_ns: u64,
+    /// Its share of one CPU over the last second.
+    pub share: f64,
+    /// Dispatch latency (seen runnable by the agent → selected), µs, p50 and p99.
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    /// The parameters it joined with or was given.
+    pub params: BTreeMap<String, i64>,
+}
+
+/// The broker's answer to one call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Answer {
+    Ok,
+    Value { value: i64 },
+    Fraction { num: u64, den: u64 },
+    Refused { reason: String },
+    Error { message: String },
+    Joined { task: u32, sched: String },
+    Hierarchy { schedulers: Vec<SchedRow> },
+    Tasks { tasks: Vec<TaskRow> },
+    Status(Status),
+}
+
+/// The agent's own figures, for `status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub ncpus: u16,
+    pub tick_ns: Ns,
+    pub uptime_ns: Ns,
+    /// CPU used by the whole agent process (dispatcher, broker, main thread), ns.
+    pub agent_cpu_ns: Ns,
+    /// CPU used by the dispatcher thread alone, ns.
+    pub dispatcher_cpu_ns: Ns,
+    pub passes: u64,
+    pub managed: usize,
+    pub ledger_records: usize,
+    pub kernel_errors: u64,
+}
+
+impl Answer {
+    pub fn refused(why: impl Into<String>) -> Answer {
+        Answer::Refused { reason: why.into() }
+    }
+    pub fn error(why: impl Into<String>) -> Answer {
+        Answer::Error { message: why.into() }
+    }
+    pub fn is_ok(&self) -> bool {
+        !matches!(self, Answer::Refused { .. } | Answer::Error { .. })
+    }
+}
+
+impl From<Reply> for Answer {
+    fn from(r: Reply) -> Answer {
+        match r {
+            Reply::Ok => Answer::Ok,
+            Reply::Value(v) => Answer::Value { value: v },
+            Reply::Fraction { num, den } => Answer::Fraction { num, den },
+            Reply::Refused(reason) => Answer::Refused { reason },
+        }
+    }
+}
+
+/// Decodes one call line (without its newline). Errors name what was wrong.
+pub fn decode(line: &[u8]) -> Result<Call, String> {
+    if line.len() > MAX_LINE {
+        return Err(format!("call of {} bytes is longer than the limit of {MAX_LINE}", line.len()));
+    }
+    let text = std::str::from_utf8(line).map_err(|e| format!("call is not UTF-8: {e}"))?;
+    let call: Call = serde_json::from_str(text).map_err(|e| format!("malformed call: {e}"))?;
+    let pid = match &call {
+        Call::Join { pid, .. } | Call::Leave { pid } | Call::Release { pid } | Call::Param { pid, .. } | Call::Message { pid, .. } => {
+            Some(*pid)
+        }
+        _ => None,
+    };
+    if let Some(p) = pid.filter(|&p| p <= 0) {
+        return Err(format!("pid {p} is not a process id"));
+    }
+    Ok(call)
+}
+
+/// Encodes a value as one line, newline included.
+pub fn encode<T: Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"reply\":\"error\",\"message\":\"encoding: {e}\"}}"));
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_calls() {
+        assert_eq!(decode(br#"{"op":"leave","pid":5}"#), Ok(Call::Leave { pid: 5 }));
+        assert_eq!(
+            decode(br#"{"op":"message","pid":5,"request":{"kind":"set","delay_ns":1000000}}"#),
+            Ok(Call::Message { sched: None, pid: 5, request: WireRequest::Set { delay_ns: 1_000_000 } })
+        );
+        assert_eq!(decode(br#"{"op":"tasks"}"#), Ok(Call::Tasks));
+    }
+
+    #[test]
+    fn refuses_malformed_calls_with_reasons() {
+        assert!(decode(b"{").unwrap_err().contains("malformed"));
+        assert!(decode(br#"{"op":"leave","pid":-1}"#).unwrap_err().contains("-1"));
+        assert!(decode(br#"{"op":"leave","pid":5,"x":1}"#).unwrap_err().contains("x"));
+        assert!(decode(br#"{"op":"fly"}"#).unwrap_err().contains("fly"));
+        assert!(decode(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
+        assert!(decode(&vec![b' '; MAX_LINE + 1]).unwrap_err().contains("limit"));
+    }
+
+    #[test]
+    fn round_trips() {
+        let c = Call::Join { pid: 7, sched: Some("timed".into()), params: [("weight".to_string(), 2)].into() };
+        let line = encode(&c);
+        assert_eq!(decode(line.trim_end().as_bytes()), Ok(c));
+    }
+}

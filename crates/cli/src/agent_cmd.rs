@@ -1,0 +1,384 @@
+//! `vassal agent`, `vassal run`, `vassal ctl` (issue 6): the Linux agent and its clients.
+//! The mechanism lives in the vassal-agent crate; this is argument handling and output.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use vassal_agent::client::{Client, HeldChild};
+use vassal_agent::config::{UsageSpec, Value, DEFAULT_SOCKET};
+use vassal_agent::wire::{Answer, Call, WireRequest};
+use vassal_agent::Config;
+use vassal_core::parse_duration;
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The TOML configuration (docs/agent.md); default: built-in defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Overrides the config's socket path.
+    #[arg(long)]
+    socket: Option<String>,
+    /// Overrides the config's tick, e.g. "4ms".
+    #[arg(long)]
+    tick: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The agent's socket (default: $VASSAL_SOCKET, else /run/vassal.sock).
+    #[arg(long)]
+    socket: Option<String>,
+    /// Join this scheduler (default: the default scheduler).
+    #[arg(long)]
+    sched: Option<String>,
+    /// BVT weight.
+    #[arg(long)]
+    weight: Option<i64>,
+    /// BVT warp, e.g. "20ms".
+    #[arg(long)]
+    warp: Option<String>,
+    /// BVT warp time limit L, e.g. "5ms".
+    #[arg(long)]
+    warp_limit: Option<String>,
+    /// BVT unwarp time requirement U, e.g. "50ms".
+    #[arg(long)]
+    unwarp: Option<String>,
+    /// A reservation UTIL/PERIOD, e.g. 0.25/16ms, sent to the scheduler joined.
+    #[arg(long)]
+    reserve: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    cmd: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The agent's socket (default: $VASSAL_SOCKET, else /run/vassal.sock).
+    #[arg(long)]
+    socket: Option<String>,
+    /// Print the agent's reply as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Manage an existing process and move it to a scheduler (JOIN).
+    Join {
+        pid: i32,
+        #[arg(long)]
+        sched: Option<String>,
+        /// Task parameters NAME=VALUE (integers or durations like 10ms).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+    },
+    /// Return a process to the default scheduler (LEAVE).
+    Leave { pid: i32 },
+    /// Stop managing a process: its original scheduling comes back.
+    Release { pid: i32 },
+    /// Set a task parameter, e.g. `ctl set 1234 weight 2` or `ctl set 1234 warp 10ms`.
+    Set { pid: i32, name: String, value: String },
+    /// Turn BVT warp on or off.
+    Warp { pid: i32, on: OnOff },
+    /// Reserve UTIL/PERIOD (e.g. 0.25/16ms) for a process.
+    Reserve {
+        pid: i32,
+        spec: String,
+        #[arg(long)]
+        sched: Option<String>,
+    },
+    /// Free a process's reservation.
+    Free {
+        pid: i32,
+        #[arg(long)]
+        sched: Option<String>,
+    },
+    /// Replace a process's reservation.
+    Modify {
+        pid: i32,
+        spec: String,
+        #[arg(long)]
+        sched: Option<String>,
+    },
+    /// How much reservable CPU is left (asked about a managed process, to its scheduler).
+    Avail {
+        pid: i32,
+        #[arg(long)]
+        sched: Option<String>,
+    },
+    /// MessageToScheduler: a request in JSON, e.g. '{"kind":"set","delay_ns":1000000}'.
+    Msg { sched: String, pid: i32, request: String },
+    /// The hierarchy, top-down.
+    Hierarchy,
+    /// The managed processes, with share, dispatch latency and kernel state.
+    Tasks,
+    /// The agent's own figures (CPU used, passes).
+    Status,
+    /// Register a built-in policy in the running hierarchy.
+    Register {
+        name: String,
+        kind: String,
+        /// reserved:CPUS (e.g. reserved:0.5) or hard:UTIL@CPU,CPU (e.g. hard:0.2@0,1).
+        #[arg(long)]
+        usage: String,
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// Insert just above this scheduler (default: at the top).
+        #[arg(long)]
+        above: Option<String>,
+    },
+    /// Unregister a scheduler; its tasks return to the default scheduler.
+    Unregister { name: String },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+fn socket(s: &Option<String>) -> String {
+    s.clone().or_else(|| std::env::var("VASSAL_SOCKET").ok()).unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+pub fn agent(a: AgentArgs) -> Result<ExitCode> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::load(p).map_err(anyhow::Error::msg)?,
+        None => Config::default(),
+    };
+    if let Some(s) = a.socket {
+        cfg.socket = s;
+    }
+    if let Some(t) = a.tick {
+        cfg.tick = parse_duration(&t).with_context(|| format!("--tick {t}"))?;
+    }
+    vassal_agent::agent::run(cfg).map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An integer, or a duration in ns ("10ms").
+fn int_or_duration(s: &str) -> Result<i64> {
+    if let Ok(i) = s.trim().parse::<i64>() {
+        return Ok(i);
+    }
+    let d = parse_duration(s).with_context(|| format!("'{s}' is neither an integer nor a duration"))?;
+    i64::try_from(d).map_err(|_| anyhow!("'{s}' is too large"))
+}
+
+fn parse_params(list: &[String]) -> Result<BTreeMap<String, i64>> {
+    list.iter()
+        .map(|p| {
+            let (k, v) = p.split_once('=').ok_or_else(|| anyhow!("--param {p}: expected NAME=VALUE"))?;
+            Ok((k.trim().to_string(), int_or_duration(v).with_context(|| format!("--param {p}"))?))
+        })
+        .collect()
+}
+
+/// UTIL/PERIOD, e.g. 0.25/16ms.
+fn parse_reserve(s: &str) -> Result<(f64, u64)> {
+    let (u, p) = s.split_once('/').ok_or_else(|| anyhow!("reservation '{s}': expected UTIL/PERIOD, e.g. 0.25/16ms"))?;
+    let util: f64 = u.trim().parse().with_context(|| format!("reservation '{s}': utilisation '{u}'"))?;
+    let period = parse_duration(p).with_context(|| format!("reservation '{s}': period '{p}'"))?;
+    Ok((util, period))
+}
+
+fn parse_usage(s: &str) -> Result<UsageSpec> {
+    if let Some(c) = s.strip_prefix("reserved:") {
+        return Ok(UsageSpec::Reserved { cpus: c.parse().with_context(|| format!("--usage {s}"))? });
+    }
+    if let Some(rest) = s.strip_prefix("hard:") {
+        let (u, cpus) = rest.split_once('@').ok_or_else(|| anyhow!("--usage {s}: expected hard:UTIL@CPU,CPU"))?;
+        let cpus = cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
+        return Ok(UsageSpec::HardTime { util: u.parse().with_context(|| format!("--usage {s}"))?, cpus });
+    }
+    bail!("--usage {s}: expected reserved:CPUS or hard:UTIL@CPU,CPU")
+}
+
+fn connect(sock: &str) -> Result<Client> {
+    Client::connect(sock).map_err(|e| anyhow!("{e} (is `vassal agent` running?)"))
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let sock = socket(&a.socket);
+    let mut params = BTreeMap::new();
+    if let Some(w) = a.weight {
+        params.insert("weight".to_string(), w);
+    }
+    for (k, v) in [("warp", &a.warp), ("warp_limit", &a.warp_limit), ("unwarp", &a.unwarp)] {
+        if let Some(v) = v {
+            params.insert(k.to_string(), int_or_duration(v).with_context(|| format!("--{}", k.replace('_', "-")))?);
+        }
+    }
+    let reserve = a.reserve.as_deref().map(parse_reserve).transpose()?;
+    let mut client = connect(&sock)?;
+    let mut child = HeldChild::spawn(&a.cmd).with_context(|| format!("cannot start {:?}", a.cmd))?;
+    client.join_pid(child.pid, a.sched.as_deref(), params).map_err(|e| anyhow!("join: {e}"))?;
+    if let Some((util, period)) = reserve {
+        client
+            .message(a.sched.as_deref(), child.pid, WireRequest::Reserve { util, period_ns: period })
+            .map_err(|e| anyhow!("reserve: {e}"))?;
+    }
+    drop(client);
+    child.release()?;
+    // The terminal's SIGINT goes to the child; wait for it rather than die first.
+    vassal_agent::kernel::ignore_sigint();
+    let code = child.wait()?;
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
+    let sock = socket(&a.socket);
+    let msg = |sched: Option<String>, pid: i32, request: WireRequest| Call::Message { sched, pid, request };
+    let call = match a.cmd {
+        CtlCmd::Join { pid, sched, params } => Call::Join { pid, sched, params: parse_params(&params)? },
+        CtlCmd::Leave { pid } => Call::Leave { pid },
+        CtlCmd::Release { pid } => Call::Release { pid },
+        CtlCmd::Set { pid, name, value } => Call::Param { pid, name, value: int_or_duration(&value)? },
+        CtlCmd::Warp { pid, on } => msg(None, pid, WireRequest::Warp { on: matches!(on, OnOff::On) }),
+        CtlCmd::Reserve { pid, spec, sched } => {
+            let (util, period_ns) = parse_reserve(&spec)?;
+            msg(sched, pid, WireRequest::Reserve { util, period_ns })
+        }
+        CtlCmd::Free { pid, sched } => msg(sched, pid, WireRequest::Free),
+        CtlCmd::Modify { pid, spec, sched } => {
+            let (util, period_ns) = parse_reserve(&spec)?;
+            msg(sched, pid, WireRequest::Modify { util, period_ns })
+        }
+        CtlCmd::Avail { pid, sched } => msg(sched, pid, WireRequest::Avail),
+        CtlCmd::Msg { sched, pid, request } => {
+            let request: WireRequest = serde_json::from_str(&request).with_context(|| format!("request '{request}'"))?;
+            msg(Some(sched), pid, request)
+        }
+        CtlCmd::Hierarchy => Call::Hierarchy,
+        CtlCmd::Tasks => Call::Tasks,
+        CtlCmd::Status => Call::Status,
+        CtlCmd::Register { name, kind, usage, params, above } => {
+            let params = params
+                .iter()
+                .map(|p| {
+                    let (k, v) = p.split_once('=').ok_or_else(|| anyhow!("--param {p}: expected NAME=VALUE"))?;
+                    let v = match v {
+                        "true" => Value::Bool(true),
+                        "false" => Value::Bool(false),
+                        _ => v.parse::<i64>().map(Value::Int).unwrap_or_else(|_| Value::Str(v.to_string())),
+                    };
+                    Ok((k.to_string(), v))
+                })
+                .collect::<Result<BTreeMap<_, _>>>()?;
+            Call::Register { name, kind, params, usage: parse_usage(&usage)?, above }
+        }
+        CtlCmd::Unregister { name } => Call::Unregister { name },
+    };
+    let answer = connect(&sock)?.call(&call).map_err(|e| anyhow!("{e}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        print_answer(&answer);
+    }
+    Ok(if answer.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn print_answer(a: &Answer) {
+    match a {
+        Answer::Ok => println!("ok"),
+        Answer::Value { value } => println!("{value}"),
+        Answer::Fraction { num, den } => println!("{num}/{den} ({:.4} CPUs)", *num as f64 / (*den).max(1) as f64),
+        Answer::Refused { reason } => eprintln!("refused: {reason}"),
+        Answer::Error { message } => eprintln!("error: {message}"),
+        Answer::Joined { task, sched } => println!("joined {sched} as task{task}"),
+        Answer::Hierarchy { schedulers } => {
+            println!("{:<16} {:<8} {:>6} {:>10} {:>8}  usage", "name", "kind", "tasks", "decided", "refused");
+            for s in schedulers {
+                println!("{:<16} {:<8} {:>6} {:>10} {:>8}  {}", s.name, s.kind, s.tasks, s.decided, s.refused, s.usage);
+            }
+        }
+        Answer::Tasks { tasks } => {
+            println!(
+                "{:>7} {:>6} {:<10} {:<16} {:<18} {:>7} {:>9} {:>9} {:>10}",
+                "pid", "uid", "sched", "state", "kernel", "share", "lat p50", "lat p99", "cpu"
+            );
+            for t in tasks {
+                println!(
+                    "{:>7} {:>6} {:<10} {:<16} {:<18} {:>6.1}% {:>7.0}us {:>7.0}us {:>8.1}ms",
+                    t.pid,
+                    t.uid,
+                    t.sched,
+                    t.state,
+                    t.kernel,
+                    t.share * 100.0,
+                    t.latency_p50_us,
+                    t.latency_p99_us,
+                    t.cpu_ns as f64 / 1e6
+                );
+            }
+        }
+        Answer::Status(s) => {
+            let up = s.uptime_ns.max(1) as f64;
+            println!("uptime {:.1}s, {} CPUs, tick {}", up / 1e9, s.ncpus, vassal_core::fmt_duration(s.tick_ns));
+            println!(
+                "agent CPU {:.3}% of one CPU (dispatcher {:.3}%), {} passes, {} managed, {} ledger records, {} kernel errors",
+                s.agent_cpu_ns as f64 / up * 100.0,
+                s.dispatcher_cpu_ns as f64 / up * 100.0,
+                s.passes,
+                s.managed,
+                s.ledger_records,
+                s.kernel_errors
+            );
+        }
+    }
+}
+
+/// `vassal repro --real`: the real-process experiments (vassal_agent::real), printed in
+/// `vassal repro`'s row format.
+pub fn repro_real(names: &[String], json: bool) -> Result<ExitCode> {
+    let exe = std::env::current_exe().context("cannot find the vassal binary")?;
+    let rows = vassal_agent::real::run(&exe, names).map_err(anyhow::Error::msg)?;
+    let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
+    if json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id,
+                    "paper": if r.paper.is_finite() { serde_json::json!(r.paper) } else { serde_json::Value::Null },
+                    "ours": r.ours,
+                    "tolerance": if r.tolerance.is_finite() { serde_json::json!(r.tolerance) } else { serde_json::Value::Null },
+                    "pass": r.pass,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{:<44} {:>12} {:>12} {:>10}  result", "id", "paper", "ours", "tolerance");
+        for r in &rows {
+            let result = match (r.tolerance.is_infinite(), r.pass, &r.known_difference) {
+                (true, _, _) => "baseline",
+                (_, true, _) => "pass",
+                (_, false, Some(_)) => "DIFFERS",
+                _ => "FAIL",
+            };
+            let paper = if r.paper.is_finite() { format!("{:.4}", r.paper) } else { "-".into() };
+            let tol = if r.tolerance.is_finite() { format!("{:.4}", r.tolerance) } else { "-".into() };
+            println!("{:<44} {:>12} {:>12.4} {:>10}  {result}  {}", r.id, paper, r.ours, tol, r.why);
+        }
+        for r in rows.iter().filter(|r| !r.pass) {
+            if let Some(k) = &r.known_difference {
+                println!("\n{}: differs: {k}", r.id);
+            }
+        }
+        println!(
+            "\n{} rows: {} with a target pass, {} fail, {} differ (known, explained above), {} kernel baselines",
+            rows.len(),
+            rows.iter().filter(|r| r.pass && r.tolerance.is_finite()).count(),
+            failed,
+            rows.iter().filter(|r| !r.pass && r.known_difference.is_some()).count(),
+            rows.iter().filter(|r| r.tolerance.is_infinite()).count()
+        );
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,217 @@
+//! rt-app workloads (docs/rtapp.md): the shipped examples run through the simulator,
+//! rt-app's event semantics (run, runtime, timer modes, loops, instances, FIFO
+//! priorities, nice weights), and refusals that name the key.
+
+use std::path::Path;
+
+use vassal_core::MS;
+use vassal_sim::rtapp::{load_rtapp, parse_rtapp, Options};
+use vassal_sim::{model::Behaviour, Report, Sim};
+
+fn run(sc: vassal_sim::model::Scenario) -> Report {
+    let mut sim = Sim::new(sc).unwrap();
+    sim.set_checks(true);
+    sim.run().unwrap()
+}
+
+fn parse(json: &str) -> Result<vassal_sim::model::Scenario, String> {
+    parse_rtapp(json, "t", &Options::default())
+}
+
+fn cpu_ms(r: &Report, task: &str) -> f64 {
+    r.task(task).unwrap_or_else(|| panic!("no task {task}")).cpu_ns as f64 / 1e6
+}
+
+#[test]
+fn every_example_runs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in &files {
+        let sc = load_rtapp(f, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        let r = run(sc.clone());
+        assert_eq!(r.elapsed_ns, sc.until);
+        assert!(r.tasks.iter().all(|t| t.cpu_ns > 0), "{}: a thread never ran", f.display());
+    }
+}
+
+/// fifo.json: `control` (SCHED_FIFO 50, CPU 0, 2 ms every 10 ms) always runs at once and
+/// gets exactly its 20%; `logger` (FIFO 10, 5 ms every 50 ms) its 10%; the SCHED_OTHER
+/// batch threads share the rest.
+#[test]
+fn fifo_threads_preempt_the_others() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
+    let sc = load_rtapp(&dir.join("fifo.json"), &Options::default()).unwrap();
+    assert_eq!(sc.schedulers.len(), 1);
+    assert_eq!(sc.schedulers[0].policy.kind, "fps");
+    assert!(sc.schedulers[0].policy.params.is_empty(), "SCHED_FIFO has no time slice");
+    let r = run(sc);
+    assert_eq!(cpu_ms(&r, "control"), 200.0);
+    assert_eq!(r.task("control").unwrap().latency.max_ns, 0);
+    assert_eq!(cpu_ms(&r, "logger"), 100.0);
+    for b in ["batch-0", "batch-1", "batch-2"] {
+        assert_eq!(r.task(b).unwrap().scheduler, "default");
+    }
+    let batch: f64 = ["batch-0", "batch-1", "batch-2"].iter().map(|b| cpu_ms(&r, b)).sum();
+    assert!((batch - 700.0).abs() < 1e-6, "{batch}");
+}
+
+/// phases.json: `compiler` has 2 instances of 20 loops of 40 ms run + 2 ms sleep: exactly
+/// 800 ms of CPU each, then they exit; the phase loops unroll in order.
+#[test]
+fn loops_and_instances_unroll() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
+    let sc = load_rtapp(&dir.join("phases.json"), &Options::default()).unwrap();
+    let names: Vec<&str> = sc.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["browser", "compiler-0", "compiler-1", "indexer"]);
+    assert_eq!(sc.tasks[0].start, 100 * MS);
+    match &sc.tasks[0].behaviour {
+        Behaviour::Script { phases, repeat } => {
+            assert!(*repeat);
+            assert_eq!(phases.len(), 3 * 3 + 10 * 2);
+        }
+        b => panic!("{b:?}"),
+    }
+    match &sc.tasks[1].behaviour {
+        Behaviour::Script { phases, repeat } => {
+            assert!(!*repeat);
+            assert_eq!(phases.len(), 20 * 2);
+        }
+        b => panic!("{b:?}"),
+    }
+    assert_eq!(sc.tasks[3].params.get("weight"), Some(&3), "SCHED_IDLE has CFS's idle weight");
+    let r = run(sc);
+    assert_eq!(cpu_ms(&r, "compiler-0"), 800.0);
+    assert_eq!(cpu_ms(&r, "compiler-1"), 800.0);
+}
+
+/// `runtime` runs until so much wall time has passed, preempted or not; `run` needs its
+/// CPU time. A FIFO thread takes 0-5 ms of every 20 ms on the one CPU; the other thread
+/// starts its 10 ms at the same instant and sleeps 10 ms after it.
+#[test]
+fn runtime_counts_wall_time_run_counts_cpu_time() {
+    let w = |event: &str| {
+        format!(
+            r#"{{ "global": {{ "duration": 1 }}, "tasks": {{
+                "rt": {{ "policy": "SCHED_FIFO", "run": 5000, "timer": {{ "ref": "unique", "period": 20000 }} }},
+                "work": {{ "{event}": 10000, "sleep": 10000 }} }} }}"#
+        )
+    };
+    let r = run(parse(&w("runtime")).unwrap());
+    // 5 ms of CPU (5..10 ms) per 20 ms cycle
+    assert_eq!(cpu_ms(&r, "work"), 250.0);
+    let r = run(parse(&w("run")).unwrap());
+    // 10 ms of CPU per cycle: 5..15 ms run, sleep to 25, run 25..30 and 40..45 (rt at 40)…
+    assert!(cpu_ms(&r, "work") > 350.0, "{}", cpu_ms(&r, "work"));
+}
+
+/// rt-app's timer modes when a run overruns the period (tutorial: "relative" restarts
+/// the timer from the late instant, "absolute" keeps the original schedule). The thread
+/// runs 15 ms, timer, 1 ms, timer (one timer, period 10 ms); the timer starts at its first
+/// use (15 ms), so the first expiry is at 25 ms and the second at 35 ms. From 35 ms on,
+/// each 15 ms run overruns the next expiry: relative mode restarts the timer at the end
+/// of the run (next expiry 10 ms after it: a 25 ms cycle), absolute mode keeps the
+/// 10 ms grid (a 20 ms cycle). Over 1 s: relative 16 + 38 × 16 + 15 = 639 ms of CPU
+/// (cycles at 35 + 25k, the last cut at 15 ms by the horizon); absolute 16 + 48 × 16 + 5
+/// = 789 ms (cycles at 35 + 20k, the last cut at 5 ms).
+#[test]
+fn timer_modes_follow_rt_app() {
+    let w = |mode: &str| {
+        format!(
+            r#"{{ "global": {{ "duration": 1 }}, "tasks": {{ "t": {{
+                "run0": 15000, "timer0": {{ "ref": "a", "period": 10000, "mode": "{mode}" }},
+                "run1": 1000, "timer1": {{ "ref": "a", "period": 10000, "mode": "{mode}" }} }} }} }}"#
+        )
+    };
+    assert_eq!(cpu_ms(&run(parse(&w("relative")).unwrap()), "t"), 639.0);
+    assert_eq!(cpu_ms(&run(parse(&w("absolute")).unwrap()), "t"), 789.0);
+}
+
+/// A thread's timers are separate (rt-app's refs). 1 ms run + timer A (10 ms), 1 ms
+/// run + timer B (20 ms), looping: A starts at 1 ms (expiry 11), B at 12 ms (expiry 32);
+/// from 32 ms on A is always late (relative: restarted, no sleep) and B paces the loop,
+/// every 20 ms: 2 ms + 49 cycles × 2 ms = 100 ms of CPU in 1 s. (One shared timer would
+/// pace it every 30 ms.)
+#[test]
+fn each_timer_ref_is_its_own_timer() {
+    let sc = parse(
+        r#"{ "global": { "duration": 1 }, "tasks": { "t": { "phases": {
+            "a": { "run": 1000, "timer": { "ref": "uniqueA", "period": 10000 } },
+            "b": { "run": 1000, "timer": { "ref": "uniqueB", "period": 20000 } } } } } }"#,
+    )
+    .unwrap();
+    assert_eq!(cpu_ms(&run(sc), "t"), 100.0);
+}
+
+/// SCHED_OTHER priorities are nice values, weighted as Linux CFS weighs them.
+#[test]
+fn nice_values_become_cfs_weights_under_bvt() {
+    let sc = parse(r#"{ "global": { "duration": 20 }, "tasks": { "a": { "priority": 0, "run": 10000 }, "b": { "priority": 5, "run": 10000 } } }"#).unwrap();
+    assert_eq!(sc.tasks[0].params.get("weight"), Some(&1024));
+    assert_eq!(sc.tasks[1].params.get("weight"), Some(&335));
+    let r = run(sc);
+    let share = r.task("a").unwrap().share;
+    // BVT shares in proportion to weight, up to C + mcu of lag (§2.1): < 0.5% of 20 s
+    assert!((share - 1024.0 / 1359.0).abs() < 0.005, "{share}");
+    // Without weights, nice values are refused rather than ignored.
+    let e = parse_rtapp(
+        r#"{ "global": { "duration": 1 }, "tasks": { "b": { "priority": 5, "run": 10000 } } }"#,
+        "t",
+        &Options { policy: Some("rr".into()), ..Options::default() },
+    )
+    .unwrap_err();
+    assert!(e.contains("tasks.b") && e.contains("--policy bvt"), "{e}");
+}
+
+#[test]
+fn unsupported_keys_are_refused_with_their_path() {
+    let cases: &[(&str, &str)] = &[
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "thread0": { "phases": { "p1": { "run": 10, "lock": "m" } } } } }"#,
+            "tasks.thread0.phases.p1.lock: rt-app key `lock` is not supported (no mutexes in the simulator)",
+        ),
+        (r#"{ "global": { "duration": 1, "colour": 3 }, "tasks": { "a": { "run": 10 } } }"#, "global.colour: rt-app key `colour` is not supported"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "bogus": 1 } } }"#, "tasks.a.bogus: rt-app key `bogus` is not supported"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "sleep0": 5, "resume1": "a" } } }"#, "tasks.a.resume1: rt-app key `resume1` is not supported"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10 } }, "extra": {} }"#, "extra: rt-app key `extra` is not supported"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_DEADLINE", "dl-runtime": 1000, "dl-period": 10000, "run": 10 } } }"#,
+            "tasks.a.policy: SCHED_DEADLINE is not supported",
+        ),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_DEADLINE", "dl-runtime": 20000, "dl-period": 10000, "run": 10 } } }"#, "runtime <= deadline <= period"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "run": 20 } } }"#, "duplicate key `run`"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": -3 } } }"#, "tasks.a.run: a duration in µs must be >= 0"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "timer": { "ref": "x", "period": 10, "slack": 1 } } } }"#, "tasks.a.timer.slack: rt-app key `slack` is not supported"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "timer": { "ref": "x", "period": 10 } }, "b": { "run": 10, "timer": { "ref": "x", "period": 10 } } } }"#,
+            "tasks.b.timer: timer `x` is shared with thread `a`",
+        ),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_FIFO", "run": 10 }, "b": { "policy": "SCHED_RR", "run": 10 } } }"#,
+            "mixing SCHED_FIFO and SCHED_RR",
+        ),
+        (r#"{ "tasks": { "a": { "run": 10 } } }"#, "give the simulated horizon with --until"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_FIFO", "priority": 0, "run": 10 } } }"#, "tasks.a.priority: SCHED_FIFO/SCHED_RR priority must be 1..99"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "phases": { "p": { "cpus": [0], "run": 10 } } } } }"#, "tasks.a.phases.p.cpus: rt-app key `cpus` is not supported (affinity per phase"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "sleep": 10 } } }"#, ""),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "yield": "" } } }"#, "tasks.a: the thread loops forever through events that take no time"),
+        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10 } } "#, "not valid JSON"),
+    ];
+    for (json, want) in cases {
+        match parse(json) {
+            Err(e) => assert!(e.contains(want), "got {e:?}, wanted {want:?}"),
+            Ok(sc) => assert!(want.is_empty(), "accepted, wanted {want:?}: {sc:?}"),
+        }
+    }
+}
+
+#[test]
+fn until_overrides_duration_and_cpus_size_the_machine() {
+    let json = r#"{ "tasks": { "a": { "cpus": [2], "run": 1000, "sleep": 1000 } } }"#;
+    let sc = parse_rtapp(json, "t", &Options { until: Some(50 * MS), ..Options::default() }).unwrap();
+    assert_eq!(sc.until, 50 * MS);
+    assert_eq!(sc.machine.cpus, 3);
+    let e = parse_rtapp(json, "t", &Options { until: Some(MS), cpus: Some(2), ..Options::default() }).unwrap_err();
+    assert!(e.contains("tasks.a.cpus") && e.contains("use --cpus"), "{e}");
+}
