@@ -10,7 +10,12 @@
 //!   wake-ups, blocks and exit; a counter "runnable" (tasks woken and not yet blocked or
 //!   exited, running ones included); and, when the policy keeps them (BVT), a counter
 //!   "virtual time NAME" per task with its actual and effective virtual times A and E
-//!   (virtual ms);
+//!   (virtual ms); a task's track also has "swap out" / "swap in" instants when the
+//!   scenario models memory (paper 004);
+//! - process "Schedulers" (pid 3): one thread track per scheduler of the hierarchy
+//!   (tid 10 + its position, default last) with an instant "event" each time one of its
+//!   scheduler events (Vassal's SetSchedulerEvent) fires — e.g. the reservation
+//!   server's slot boundaries, BVT's warp-limit timers, the timed scheduler's wake-ups;
 //! - global instants (scope `g`) for the report's log lines: schedulers loaded, refused
 //!   and unloaded, refused messages, faults, and the policies' own logs (BVT warp-limit
 //!   and unwarp events).
@@ -34,6 +39,8 @@ use crate::report::Report;
 pub const CPUS_PID: u32 = 1;
 /// Process id of the task tracks.
 pub const TASKS_PID: u32 = 2;
+/// Process id of the scheduler tracks.
+pub const SCHEDS_PID: u32 = 3;
 
 /// The thread id of CPU `cpu`'s track.
 pub fn cpu_tid(cpu: u16) -> u64 {
@@ -90,6 +97,16 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
         ev.push(meta("thread_sort_index", TASKS_PID, task_tid(i), format!(r#"{{"sort_index":{i}}}"#)));
     }
 
+    let scheds: Vec<&str> =
+        sc.schedulers.iter().map(|s| s.name.as_str()).chain(std::iter::once(sc.default_name.as_str())).collect();
+    let sched_tid = |k: usize| 10 + k as u64;
+    ev.push(meta("process_name", SCHEDS_PID, sched_tid(0), r#"{"name":"Schedulers"}"#.into()));
+    ev.push(meta("process_sort_index", SCHEDS_PID, sched_tid(0), r#"{"sort_index":2}"#.into()));
+    for (k, name) in scheds.iter().enumerate() {
+        ev.push(meta("thread_name", SCHEDS_PID, sched_tid(k), format!(r#"{{"name":{}}}"#, js(name))));
+        ev.push(meta("thread_sort_index", SCHEDS_PID, sched_tid(k), format!(r#"{{"sort_index":{k}}}"#)));
+    }
+
     // Slices, per CPU track then per task track, each in time order.
     let mut slices: Vec<_> = trace.slices.iter().collect();
     slices.sort_by_key(|s| (s.cpu, s.start, s.end, s.task));
@@ -127,6 +144,8 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
             MarkKind::Wake => "wake",
             MarkKind::Block => "block",
             MarkKind::Exit => "exit",
+            MarkKind::SwapOut => "swap out",
+            MarkKind::SwapIn => "swap in",
         };
         ev.push(format!(
             r#"{{"name":"{name}","cat":"task","ph":"i","s":"t","pid":{TASKS_PID},"tid":{},"ts":{}}}"#,
@@ -178,6 +197,17 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
             us(v.at),
             v.actual / 1e6,
             v.effective / 1e6
+        ));
+    }
+
+    // Scheduler events as they fired, on their scheduler's track.
+    let mut fired: Vec<_> = trace.events.iter().filter_map(|(at, name)| Some((scheds.iter().position(|s| s == name)?, *at))).collect();
+    fired.sort();
+    for (k, at) in fired {
+        ev.push(format!(
+            r#"{{"name":"event","cat":"scheduler","ph":"i","s":"t","pid":{SCHEDS_PID},"tid":{},"ts":{}}}"#,
+            sched_tid(k),
+            us(at)
         ));
     }
 

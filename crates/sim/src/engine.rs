@@ -219,6 +219,10 @@ pub enum MarkKind {
     Wake,
     Block,
     Exit,
+    /// The swap scheduler took the task's image out of main memory (paper 004 §4.3).
+    SwapOut,
+    /// Its image is back in memory.
+    SwapIn,
 }
 
 /// A point event of a task.
@@ -238,6 +242,8 @@ pub struct Trace {
     /// Virtual times of tasks whose policy keeps them (BVT's A_i and E_i), recorded
     /// whenever one changes: each value holds until the task's next sample.
     pub vtimes: Vec<VtSample>,
+    /// Scheduler events (Vassal's SetSchedulerEvent) as they fired: (time, scheduler).
+    pub events: Vec<(Ns, String)>,
 }
 
 /// A task's virtual times (see [`vassal_core::VirtualTime`]) from time `at` on, in
@@ -381,7 +387,7 @@ impl Sim {
         }
     }
 
-    fn mark(&mut self, task: usize, kind: MarkKind) {
+    pub(super) fn mark(&mut self, task: usize, kind: MarkKind) {
         if let Some(t) = &mut self.trace {
             t.marks.push(Mark { at: self.now, task, kind });
         }
@@ -715,6 +721,9 @@ impl Sim {
             Ev::SchedEvent(sched, token, gen) => {
                 if self.sched_events.get(&(sched, token)) == Some(&gen) {
                     self.sched_events.remove(&(sched, token));
+                    if let Some(t) = &mut self.trace {
+                        t.events.push((self.now, self.disp.sched_name(sched).unwrap_or("?").to_string()));
+                    }
                     self.settle_all();
                     self.disp.fire_event(self.now, sched, token);
                 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vassal_sim::chrome_trace::{parse_log_line, to_chrome_json, CPUS_PID, TASKS_PID};
+use vassal_sim::chrome_trace::{parse_log_line, to_chrome_json, CPUS_PID, SCHEDS_PID, TASKS_PID};
 use vassal_sim::model::Scenario;
 use vassal_sim::scenario::load_scenario;
 use vassal_sim::{Report, Sim};
@@ -134,9 +134,13 @@ fn validate(sc: &Scenario, report: &Report, json: &str) -> Parsed {
                 match e["s"].as_str() {
                     Some("g") => p.global.push((at, name, e["cat"].as_str().unwrap().to_string())),
                     Some("t") => {
-                        assert_eq!(pid, TASKS_PID as u64, "task marks go on task tracks");
                         assert!(p.threads.contains_key(&(pid, tid)), "mark on an undeclared track: {e}");
-                        assert!(["wake", "block", "exit"].contains(&name.as_str()), "{name}");
+                        if pid == SCHEDS_PID as u64 {
+                            assert_eq!(name, "event", "scheduler tracks hold scheduler events");
+                        } else {
+                            assert_eq!(pid, TASKS_PID as u64, "task marks go on task tracks");
+                            assert!(["wake", "block", "exit", "swap out", "swap in"].contains(&name.as_str()), "{name}");
+                        }
                         p.marks.entry((pid, tid)).or_default().push((at, name));
                     }
                     s => panic!("instant with scope {s:?}"),
@@ -227,9 +231,9 @@ fn every_example_gives_a_valid_trace() {
 
 #[test]
 fn every_experiment_gives_a_valid_trace() {
-    // The reproduced experiments (BVT, baselines), cut to their first second.
+    // The reproduced experiments (single scenarios, not sweeps), cut to their first second.
     let mut n = 0;
-    for dir in ["experiments/baselines", "experiments/bvt"] {
+    for dir in ["experiments/baselines", "experiments/bvt", "experiments/rtserver", "experiments/vassal"] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
         files.sort();
         for f in files.iter().filter(|f| f.extension().is_some_and(|x| x == "toml")) {
@@ -337,4 +341,41 @@ fn bvt_figure_3_trace_has_virtual_time_counters() {
             assert_eq!(a, ev);
         }
     }
+}
+
+/// Swaps show on the task tracks; the swap-outs match the report's count.
+#[test]
+fn swaps_show_on_the_task_tracks() {
+    let text = "until = \"20s\"\n[machine]\ncpus = 1\n[default]\npolicy = \"fb\"\n[memory]\nsize_kb = 100\nswap_seek = \"10ms\"\nswap_transfer = \"1ms\"\n\
+        [[task]]\nname = \"ia\"\nsize_kb = 10\nbehaviour = { kind = \"script\", phases = [{ terminal = \"1s\" }, { run = \"5ms\" }, { times = 10 }] }\n\
+        [[task]]\nname = \"hog\"\ncount = 3\nsize_kb = 45\nbehaviour = { kind = \"cpu\" }\n";
+    let sc = vassal_sim::scenario::parse_scenario(text, "swap.toml").expect("scenario parses");
+    let (report, json) = traced(&sc);
+    let p = validate(&sc, &report, &json);
+    let count = |what: &str| p.marks.iter().filter(|((pid, _), _)| *pid == TASKS_PID as u64).flat_map(|(_, m)| m).filter(|(_, n)| n == what).count() as u64;
+    assert!(report.kernel.swap_outs > 0, "the scenario swaps");
+    // A swap-out is marked when the image stops being usable (its write begins) and
+    // counted when the write ends: writes under way at the horizon are marked only.
+    let outs = count("swap out");
+    assert!(outs >= report.kernel.swap_outs && outs <= report.kernel.swap_outs + 4, "{outs} marks, {} counted", report.kernel.swap_outs);
+    assert_eq!(count("swap in"), report.kernel.swap_ins);
+}
+
+/// Scheduler events fire on their scheduler's track: the reservation server's slot
+/// boundaries, one per 20 ms slot.
+#[test]
+fn scheduler_events_show_on_their_schedulers_track() {
+    let mut sc = load("experiments/rtserver/table2-sim.toml", None);
+    sc.until = 400_000_000;
+    let (report, json) = traced(&sc);
+    let p = validate(&sc, &report, &json);
+    let name = sc.schedulers[0].name.clone();
+    let tid = p.tid_named(SCHEDS_PID as u64, &name);
+    let events = &p.marks[&(SCHEDS_PID as u64, tid)];
+    assert!(events.iter().all(|(_, n)| n == "event"));
+    // Slot boundaries every 20 ms over 400 ms, whatever else the server also times.
+    let boundaries = events.iter().filter(|(at, _)| at % 20_000_000 == 0).count();
+    assert!(boundaries >= 19, "{boundaries} events at slot boundaries: {events:?}");
+    let default_tid = p.tid_named(SCHEDS_PID as u64, &sc.default_name);
+    assert!(!p.marks.contains_key(&(SCHEDS_PID as u64, default_tid)), "the default scheduler set no events");
 }

@@ -15,7 +15,7 @@
 
 use vassal_core::{Ns, SEC};
 
-use super::{Ev, Sim};
+use super::{Ev, MarkKind, Sim};
 use crate::report::{ImageReport, KernelReport};
 use crate::swap::{Activity, Done, ProcState, Step};
 
@@ -100,7 +100,10 @@ impl Sim {
         let Some(sw) = &mut self.swap else { return };
         if let Activity::Busy(_) = sw.activity() {
             match sw.finish(now) {
-                Some(Done::In(t)) => self.disp.set_loaded(now, self.tasks[t].id, true),
+                Some(Done::In(t)) => {
+                    self.disp.set_loaded(now, self.tasks[t].id, true);
+                    self.mark(t, MarkKind::SwapIn);
+                }
                 Some(Done::Out { next: Some(until), .. }) => self.swap_wake_at(until),
                 _ => {}
             }
@@ -132,6 +135,7 @@ impl Sim {
             Step::Out { tasks, until } => {
                 for t in tasks {
                     self.disp.set_loaded(now, self.tasks[t].id, false);
+                    self.mark(t, MarkKind::SwapOut);
                 }
                 self.swap_wake_at(until);
             }
