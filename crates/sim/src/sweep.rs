@@ -130,7 +130,7 @@ fn check_keys(t: &toml::Table, allowed: &[&str], what: &str) -> Result<(), Strin
 }
 
 /// A value as a name or table cell: strings bare, everything else as TOML writes it.
-pub fn label(v: &toml::Value) -> String {
+fn label(v: &toml::Value) -> String {
     match v {
         toml::Value::String(s) => s.clone(),
         other => other.to_string(),

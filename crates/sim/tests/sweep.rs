@@ -43,11 +43,8 @@ fn a_metric_without_a_variant_is_an_error() {
 }
 
 const TWO: &str = r#"until = "1s"
-[machine]
-cpus = 1
-switch_cost = "0ns"
-[default]
-policy = "fps"
+machine = { cpus = 1, switch_cost = "0ns" }
+default = { policy = "fps" }
 [[task]]
 name = "p"
 params = { priority = 2 }
