@@ -291,11 +291,12 @@ impl Sweep {
             None => (0, 0),
             Some(toml::Value::Table(p)) => {
                 check_keys(p, &["x", "y"], &format!("{file}: [plot]"))?;
-                let x = match p.get("x").and_then(|v| v.as_str()) {
+                let name = |k: &str| p.get(k).map(|v| v.as_str().ok_or_else(|| format!("{file}: plot.{k} must be a name, found {v}"))).transpose();
+                let x = match name("x")? {
                     None => 0,
                     Some(x) => axes.iter().position(|a| a.name == x).ok_or_else(|| format!("{file}: plot.x '{x}' is not an axis ({})", axis_names.join(", ")))?,
                 };
-                let y = match p.get("y").and_then(|v| v.as_str()) {
+                let y = match name("y")? {
                     None => 0,
                     Some(y) => metrics.iter().position(|m| m.name == y).ok_or_else(|| format!("{file}: plot.y '{y}' is not one of the metrics"))?,
                 };
@@ -303,6 +304,11 @@ impl Sweep {
             }
             Some(_) => return Err(format!("{file}: [plot] must be a table")),
         };
+        let grid_size = axes.iter().try_fold(if axes.is_empty() { 0usize } else { 1 }, |n, a| n.checked_mul(a.values.len()));
+        let total = grid_size.and_then(|g| (g + runs.len()).checked_mul(seeds.len().max(1)));
+        if total.is_none_or(|t| t > 100_000) {
+            return Err(format!("{file}: the sweep has more than 100000 runs"));
+        }
         // The variants: the grid (first axis slowest), then the runs.
         let mut grid: Vec<Vec<usize>> = if axes.is_empty() { Vec::new() } else { vec![Vec::new()] };
         for a in &axes {
@@ -317,10 +323,6 @@ impl Sweep {
                 return Err(format!("{file}: [[run]] '{}' has the name of another variant", r.name));
             }
             variants.push(Variant { name: r.name.clone(), values: None });
-        }
-        let total = variants.len() * seeds.len().max(1);
-        if total > 100_000 {
-            return Err(format!("{file}: the sweep has {total} runs; at most 100000"));
         }
         let file_name = Path::new(file).file_stem().map_or("sweep".into(), |s| s.to_string_lossy().to_string());
         let sweep = Sweep { file: file.to_string(), name: file_name, base_file, base, axes, runs, seeds, metrics, plot, variants };

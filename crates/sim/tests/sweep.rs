@@ -131,6 +131,8 @@ fn bad_sweeps_are_refused_naming_the_file_and_what() {
         ("[[axis]]\nname = \"l\"\nvalues = []\n", "values is empty"),
         ("[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n[[run]]\nname = \"a\"\n", "[[run]] 'a' has the name of another variant"),
         ("seeds = [-1]\n[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n", "seeds must be integers >= 0"),
+        ("[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n[[axis]]\npath = \"until\"\nvalues = [\"1s\", \"2s\"]\n[[axis]]\npath = \"seed\"\nvalues = [1, 2, 3]\n[[axis]]\npath = \"machine.cpus\"\nvalues = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n[[axis]]\npath = \"machine.hz\"\nvalues = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n[[axis]]\npath = \"machine.switch_cost\"\nvalues = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n[[axis]]\npath = \"x.y\"\nvalues = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]\n", "more than 100000 runs"),
+        ("[plot]\nx = 3\n[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n", "plot.x must be a name, found 3"),
         ("[plot]\nx = \"m\"\n[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n", "plot.x 'm' is not an axis"),
         ("metrics = [\"1 +\"]\n[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n", "metrics '1 +': expression '1 +': unexpected end"),
         ("[[axis]]\nname = \"l\"\nvalues = [{ name = \"a\" }]\n[[expect]]\nid = \"c\"\nmetric = \"crossing(l, task.bg.cpu_frac[*], 1)\"\npaper = 0\ntolerance = 1\nwhy = \"x\"\n", "expect 'c': crossing: value 'a' of axis 'l' has no x"),
