@@ -19,6 +19,63 @@ pub struct Bench {
     pub events_per_sec: f64,
     /// policy → size → ns per decision
     pub decision_ns: BTreeMap<String, BTreeMap<usize, f64>>,
+    /// Loaded module against built-in, for "bvt" and "rr": kind → size → (built-in ns,
+    /// module ns); empty when the modules are not built (sdk/ needs the wasm32 target).
+    pub module_cost: BTreeMap<String, BTreeMap<usize, (f64, f64)>>,
+}
+
+/// Sizes of the loaded-versus-built-in comparison.
+pub const MODULE_SIZES: [usize; 2] = [10, 1_000];
+
+/// Where the SDK's example module `name` is built (scripts/test.sh builds them).
+fn module_path(name: &str) -> Option<std::path::PathBuf> {
+    let rel = format!("sdk/target/wasm32-unknown-unknown/release/vassal_module_{name}.wasm");
+    let rel = rel.as_str();
+    let candidates = [std::path::PathBuf::from(rel), std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)];
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The cost of one decision (as in `decision_cost`) with BVT *loaded above* a round-robin
+/// default that has no tasks of its own — Vassal's Table 1 setting — either as the
+/// built-in policy or as the SDK's BVT module (the same source compiled to WebAssembly,
+/// run by wasmi). `n` runnable tasks joined the BVT scheduler.
+fn loaded_cost(kind: &str, module: Option<&std::path::Path>, n: usize, iters: u32) -> Result<f64> {
+    use vassal_core::{Position, Request, Sender, Usage};
+    let rr = vassal_policies::build("rr", &BTreeMap::new()).map_err(anyhow::Error::msg)?;
+    let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
+    let usage = Usage::Reserved { cpu_ppm: 500_000 };
+    let bvt = match module {
+        None => vassal_policies::build(kind, &BTreeMap::new()).map_err(anyhow::Error::msg)?,
+        Some(path) => {
+            let opts = vassal_module::LoadOptions::default();
+            Box::new(vassal_module::WasmPolicy::from_file(path, 1, &opts.params, opts.limits)?)
+        }
+    };
+    let id = d.register(kind, bvt, usage, Position::Top)?;
+    for i in 0..n {
+        let mut p = TaskParams::new();
+        p.insert("weight".into(), 1 + (i % 4) as i64);
+        let t = d.add_task(0, p, CpuSet::first(1), None, true);
+        let reply = d.message(0, id, Sender::ROOT, t, &Request::Join);
+        anyhow::ensure!(reply.is_ok(), "join refused: {reply:?}");
+    }
+    let mut fx = Vec::new();
+    let cpu = CpuId(0);
+    let mut now = 0;
+    let mut cur = d.schedule(now, cpu, Preempt::Resched).map(|x| x.task);
+    d.drain_effects(&mut fx);
+    let start = Instant::now();
+    for _ in 0..iters {
+        now += MS;
+        if let Some(t) = cur {
+            d.account(now, t, cpu, MS);
+        }
+        cur = d.schedule(now, cpu, Preempt::SliceExpired).map(|x| x.task);
+        d.drain_effects(&mut fx);
+    }
+    let ns = start.elapsed().as_nanos() as f64 / iters as f64;
+    anyhow::ensure!(d.schedulers()[0].decided >= iters as u64, "the loaded scheduler did not make the decisions");
+    Ok(ns)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -124,7 +181,22 @@ pub fn run(quick: bool) -> Result<Bench> {
         }
         decision_ns.insert(kind.to_string(), by_size);
     }
-    Ok(Bench { events, events_per_sec: median(rates), decision_ns })
+    let mut module_cost = BTreeMap::new();
+    for kind in ["bvt", "rr"] {
+        let Some(path) = module_path(kind) else { continue };
+        let mut m = BTreeMap::new();
+        for n in MODULE_SIZES {
+            // Interleaved, so a change in machine load hits both sides alike.
+            let (mut b, mut w) = (Vec::new(), Vec::new());
+            for _ in 0..reps {
+                b.push(loaded_cost(kind, None, n, iters)?);
+                w.push(loaded_cost(kind, Some(&path), n, iters)?);
+            }
+            m.insert(n, (median(b), median(w)));
+        }
+        module_cost.insert(kind.to_string(), m);
+    }
+    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_cost })
 }
 
 impl Bench {
@@ -136,7 +208,21 @@ impl Bench {
     pub fn json(&self) -> serde_json::Value {
         let d: serde_json::Map<String, serde_json::Value> =
             SIZES.iter().map(|n| (n.to_string(), serde_json::json!((self.worst(*n) * 10.0).round() / 10.0))).collect();
-        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d })
+        let r = |x: f64| (x * 10.0).round() / 10.0;
+        let m: serde_json::Map<String, serde_json::Value> = self
+            .module_cost
+            .iter()
+            .map(|(k, m)| {
+                let by: serde_json::Map<String, serde_json::Value> = m
+                    .iter()
+                    .map(|(n, (b, w))| {
+                        (n.to_string(), serde_json::json!({ "builtin": r(*b), "module": r(*w), "ratio": (w / b * 100.0).round() / 100.0 }))
+                    })
+                    .collect();
+                (k.clone(), serde_json::Value::Object(by))
+            })
+            .collect();
+        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d, "module_ns": m })
     }
 
     pub fn table(&self) -> String {
@@ -148,6 +234,17 @@ impl Bench {
             let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", k, m[&10], m[&1000], m[&100_000], m[&100_000] / m[&10]);
         }
         let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", "worst", self.worst(10), self.worst(1000), self.worst(100_000), self.worst(100_000) / self.worst(10));
+        let _ = writeln!(o, "\nloaded scheduler (above an idle rr default): ns per decision, built-in vs the same policy as an SDK module (wasmi)");
+        if self.module_cost.is_empty() {
+            let _ = writeln!(o, "  (modules not built: cargo build --release --target wasm32-unknown-unknown --manifest-path sdk/Cargo.toml)");
+        } else {
+            let _ = writeln!(o, "{:<8} {:>8} {:>10} {:>10} {:>10}", "policy", "tasks", "built-in", "module", "ratio");
+        }
+        for (k, m) in &self.module_cost {
+            for (n, (b, w)) in m {
+                let _ = writeln!(o, "{:<8} {:>8} {:>10.1} {:>10.1} {:>9.2}x", k, n, b, w, w / b);
+            }
+        }
         o
     }
 }

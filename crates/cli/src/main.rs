@@ -54,6 +54,28 @@ enum Cmd {
         /// CPU timeline, shares, latencies and BVT's virtual times (docs/report.md).
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Load a policy module (WebAssembly, built with the SDK: docs/modules.md) as
+        /// scheduler --name: it replaces the scenario's scheduler of that name, or is added.
+        #[arg(long, value_name = "FILE")]
+        load: Option<PathBuf>,
+        /// The module scheduler's name (default: the file's stem).
+        #[arg(long, requires = "load")]
+        name: Option<String>,
+        /// Place the new module scheduler just above this scheduler.
+        #[arg(long, requires = "load", conflicts_with = "below")]
+        above: Option<String>,
+        /// Place the new module scheduler just below this scheduler.
+        #[arg(long, requires = "load")]
+        below: Option<String>,
+        /// When to load the module, e.g. "1s" (default: the scheduler's load_at, or 0).
+        #[arg(long, requires = "load")]
+        load_at: Option<String>,
+        /// When to unload it (its tasks go to the scheduler below).
+        #[arg(long, requires = "load")]
+        unload_at: Option<String>,
+        /// A module parameter KEY=VALUE (repeatable).
+        #[arg(long = "param", value_name = "KEY=VALUE", requires = "load")]
+        params: Vec<String>,
     },
     /// Reproduce the papers' experiments kept under experiments/ (all, or those whose
     /// group, file or row id starts with one of NAMES) and compare with the papers.
@@ -139,6 +161,35 @@ enum BvtCmd {
     },
 }
 
+/// `vassal sim --load FILE ...` (see `vassal_sim::modules::apply_load`).
+#[allow(clippy::too_many_arguments)]
+fn load_module(
+    sc: &mut vassal_sim::model::Scenario,
+    file: &Path,
+    name: Option<String>,
+    above: Option<String>,
+    below: Option<String>,
+    load_at: Option<String>,
+    unload_at: Option<String>,
+    params: &[String],
+) -> Result<()> {
+    use vassal_sim::modules::{apply_load, parse_param, Place};
+    let name = name.unwrap_or_else(|| file.file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned()));
+    let place = match (above, below) {
+        (Some(a), _) => Place::Above(a),
+        (_, Some(b)) => Place::Below(b),
+        _ => Place::Top,
+    };
+    let dur = |flag: &str, v: Option<String>| -> Result<Option<u64>> {
+        v.map(|s| vassal_core::parse_duration(&s).with_context(|| format!("{flag} {s}"))).transpose()
+    };
+    let (load_at, unload_at) = (dur("--load-at", load_at)?, dur("--unload-at", unload_at)?);
+    let params = params.iter().map(|p| parse_param(p)).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
+    apply_load(sc, file, &name, &place, load_at, unload_at, params)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("--load {}", file.display()))
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
@@ -151,7 +202,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, rt_app, policy, cpus, seed, json, until, trace, report } => {
+        Cmd::Sim { scenario, rt_app, policy, cpus, seed, json, until, trace, report, load, name, above, below, load_at, unload_at, params } => {
             let mut sc = match (&scenario, &rt_app) {
                 (Some(file), _) => {
                     if policy.is_some() || cpus.is_some() {
@@ -166,6 +217,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 (None, None) => bail!("give a scenario file or --rt-app FILE.json"),
             };
+            if let Some(file) = load {
+                load_module(&mut sc, &file, name, above, below, load_at, unload_at, &params)?;
+            }
             if let Some(s) = seed {
                 sc.seed = s;
             }

@@ -10,7 +10,8 @@
 //! - every live task is owned by exactly one registered scheduler; new tasks start in
 //!   the default scheduler (the bottom one, which cannot be unregistered);
 //! - a task moves only by an explicit Join/Leave, or when its scheduler is unregistered
-//!   (then it returns to the default scheduler) — no task is ever lost;
+//!   (then it returns to the default scheduler; for a loaded module, to the scheduler
+//!   below, [`Dispatcher::unregister_to_below`]) or ejected — no task is ever lost;
 //! - a CPU runs at most one task and a task runs on at most one CPU;
 //! - every decision is validated; an invalid one is refused, the policy is told, and the
 //!   next scheduler is asked. The mechanism distrusts the policy.
@@ -26,14 +27,16 @@
 //! The mechanism's duties: call `account` for the running task before `schedule`/`block`
 //! on its CPU; call `schedule` for every CPU returned by `block`/`remove_task` and for
 //! every `Effect::Resched` drained from [`Dispatcher::drain_effects`]; arm and cancel
-//! scheduler events as the drained effects say and deliver them with `fire_event`.
+//! scheduler events as the drained effects say and deliver them with `fire_event`; when
+//! distrusted (loaded) schedulers are contained ([`Containment`]), call `eject_failed`
+//! after each event and at `next_watchdog`.
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
     AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply, Request,
     PolicyLog, Sender, SwapAdvice, TaskParams, TaskState, TaskView, Wake,
 };
-use crate::time::Ns;
+use crate::time::{fmt_duration, Ns};
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
 
 /// Where to insert a newly registered scheduler.
@@ -108,6 +111,32 @@ struct Slot {
     policy: Box<dyn Policy>,
     decided: u64,
     refused: u64,
+    /// Set for a distrusted (loaded) scheduler: see [`Dispatcher::contain`].
+    guard: Option<Containment>,
+    /// An ejection is pending: it is asked for no more decisions.
+    failing: bool,
+}
+
+/// How the dispatcher distrusts a loaded scheduler (as Linux's sched_ext does): a contained
+/// scheduler is *ejected* — unregistered, its tasks handed to the schedulers below it, the
+/// reason logged — when its policy reports a [`Policy::fault`] (a module that trapped, ran
+/// past its time budget in one call or exceeded its memory limit), when one of its
+/// decisions is refused (a task that is not its own, not runnable, not allowed there, ...),
+/// or when a runnable task it owns waits longer than `watchdog` without running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Containment {
+    pub watchdog: Option<Ns>,
+}
+
+/// A scheduler the dispatcher ejected (see [`Containment`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ejection {
+    pub at: Ns,
+    pub sched: SchedId,
+    pub name: String,
+    pub reason: String,
+    /// Each of its tasks and the scheduler that took it.
+    pub moved: Vec<(TaskId, SchedId)>,
 }
 
 struct TaskRec {
@@ -123,6 +152,8 @@ struct TaskRec {
     ran_by: Option<SchedId>,
     /// Its image is swapped out (paper 004 §2): runnable but allowed on no CPU.
     swapped_out: bool,
+    /// When it last became runnable without running (for the containment watchdog).
+    waiting_since: Ns,
 }
 
 struct Tasks {
@@ -169,6 +200,8 @@ pub struct Dispatcher {
     /// Log entries of unregistered schedulers, kept until drained.
     departed_logs: Vec<(String, PolicyLog)>,
     stats: DispatchStats,
+    /// Contained schedulers to eject, with the reason (see [`Dispatcher::eject_failed`]).
+    pending_eject: Vec<(SchedId, String)>,
 }
 
 impl Dispatcher {
@@ -185,6 +218,8 @@ impl Dispatcher {
                 policy: default,
                 decided: 0,
                 refused: 0,
+                guard: None,
+                failing: false,
             }],
             next_sched: 1,
             tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize] },
@@ -194,6 +229,7 @@ impl Dispatcher {
             kicked_at: vec![None; ncpus as usize],
             departed_logs: Vec::new(),
             stats: DispatchStats::default(),
+            pending_eject: Vec::new(),
         }
     }
 
@@ -278,6 +314,12 @@ impl Dispatcher {
         let before = self.effects.len();
         let mut ctx = Ctx::new(now, self.ncpus, id, &mut self.effects, &mut self.exclusive, &self.tasks);
         let r = f(slot.policy.as_mut(), &mut ctx);
+        if slot.guard.is_some() && !slot.failing {
+            if let Some(why) = slot.policy.fault() {
+                slot.failing = true;
+                self.pending_eject.push((id, why));
+            }
+        }
         // Remember who asked, so a request never applies on behalf of another scheduler.
         self.pending_exclusive.extend(self.exclusive.drain(..).map(|(t, e)| (id, t, e)));
         self.drop_reschedules_over_higher(idx, before);
@@ -411,7 +453,10 @@ impl Dispatcher {
             .map_err(|reason| RegisterError::Conflict { name: name.to_string(), reason })?;
         let id = SchedId(self.next_sched);
         self.next_sched += 1;
-        self.scheds.insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0 });
+        self.scheds.insert(
+            at,
+            Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false },
+        );
         Ok(id)
     }
 
@@ -455,6 +500,105 @@ impl Dispatcher {
         Ok(moved)
     }
 
+    /// UnregisterScheduler for a loaded module (`vassal ctl unload`, a scenario's
+    /// `unload_at` of a module): each of its tasks is handed to the scheduler directly below
+    /// it, or, if that one's `on_attach` refuses, to the next one down; the default
+    /// scheduler takes whatever is left. No task is lost or left parked: a running task's
+    /// CPU is asked for a new decision and a runnable one is offered a CPU. Returns each
+    /// task with the scheduler that took it.
+    pub fn unregister_to_below(&mut self, now: Ns, id: SchedId) -> Result<Vec<(TaskId, SchedId)>, RegisterError> {
+        let idx = self.index_of(id).ok_or(RegisterError::NoSuchScheduler(id))?;
+        let last = self.scheds.len() - 1;
+        if idx == last {
+            return Err(RegisterError::DefaultScheduler);
+        }
+        let owned: Vec<TaskId> = (0..self.tasks.recs.len() as u32)
+            .map(TaskId)
+            .filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id)
+            .collect();
+        for &t in &owned {
+            // `idx` stays valid: nothing is registered or removed while tasks move.
+            for target in idx + 1..=last {
+                if self.move_task(now, t, target).is_ok() {
+                    break;
+                }
+            }
+        }
+        // Whatever every scheduler below refused goes to the default by force.
+        self.unregister(now, id)?;
+        Ok(owned.into_iter().map(|t| (t, self.tasks.recs[t.0 as usize].owner)).collect())
+    }
+
+    /// Marks a registered scheduler as distrusted: see [`Containment`]. The default
+    /// scheduler cannot be contained (nothing is below it to take its tasks).
+    pub fn contain(&mut self, id: SchedId, guard: Containment) -> Result<(), RegisterError> {
+        let idx = self.index_of(id).ok_or(RegisterError::NoSuchScheduler(id))?;
+        if idx == self.scheds.len() - 1 {
+            return Err(RegisterError::DefaultScheduler);
+        }
+        self.scheds[idx].guard = Some(guard);
+        Ok(())
+    }
+
+    /// Ejects a scheduler now: [`Dispatcher::unregister_to_below`], with the reason
+    /// recorded in the logs ([`Dispatcher::drain_logs`]) under the scheduler's name.
+    pub fn eject(&mut self, now: Ns, id: SchedId, reason: &str) -> Result<Ejection, RegisterError> {
+        let name = self.sched_name(id).ok_or(RegisterError::NoSuchScheduler(id))?.to_string();
+        let moved = self.unregister_to_below(now, id)?;
+        self.pending_eject.retain(|&(s, _)| s != id);
+        let text = format!("ejected: {reason}; {} task(s) handed to the schedulers below", moved.len());
+        self.departed_logs.push((name.clone(), PolicyLog { at: now, task: None, text }));
+        Ok(Ejection { at: now, sched: id, name, reason: reason.to_string(), moved })
+    }
+
+    /// Carries out the containment of distrusted schedulers ([`Containment`]): runs the
+    /// watchdog, then ejects every contained scheduler that failed since the last call.
+    /// The mechanism calls this after each event it handles (cheap when nothing is
+    /// contained) and, for the watchdog, at [`Dispatcher::next_watchdog`]; it then drains
+    /// effects as usual (the ejection asks for new decisions).
+    pub fn eject_failed(&mut self, now: Ns) -> Vec<Ejection> {
+        if self.pending_eject.is_empty() && self.scheds.iter().all(|s| s.guard.is_none()) {
+            return Vec::new();
+        }
+        for s in self.scheds.iter_mut().filter(|s| !s.failing) {
+            let Some(limit) = s.guard.and_then(|g| g.watchdog) else { continue };
+            let starved = self.tasks.recs.iter().enumerate().find(|(_, r)| {
+                r.owner == s.id && r.state == TaskState::Runnable && now.saturating_sub(r.waiting_since) > limit
+            });
+            if let Some((t, r)) = starved {
+                s.failing = true;
+                let waited = fmt_duration(now - r.waiting_since);
+                let reason = format!("watchdog: task{t} runnable but not run for {waited} (limit {})", fmt_duration(limit));
+                self.pending_eject.push((s.id, reason));
+            }
+        }
+        let pending = std::mem::take(&mut self.pending_eject);
+        let mut out = Vec::new();
+        for (id, reason) in pending {
+            if let Ok(e) = self.eject(now, id, &reason) {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    /// The earliest time at which the watchdog of a contained scheduler could fire (one
+    /// nanosecond past a waiting task's limit), if any task is waiting on one.
+    pub fn next_watchdog(&self) -> Option<Ns> {
+        self.scheds
+            .iter()
+            .filter(|s| !s.failing)
+            .filter_map(|s| s.guard.and_then(|g| g.watchdog).map(|w| (s.id, w)))
+            .flat_map(|(id, w)| {
+                self.tasks
+                    .recs
+                    .iter()
+                    .filter(move |r| r.owner == id && r.state == TaskState::Runnable)
+                    .map(move |r| r.waiting_since.saturating_add(w).saturating_add(1))
+            })
+            .min()
+    }
+
     // ----- tasks -----
 
     /// A new task, owned by the default scheduler (Vassal §3, "Thread Creation").
@@ -496,6 +640,7 @@ impl Dispatcher {
             parent,
             ran_by: None,
             swapped_out: false,
+            waiting_since: now,
         });
         let default = self.scheds.len() - 1;
         if let Err(why) = self.attach(default, task, now, false) {
@@ -576,6 +721,7 @@ impl Dispatcher {
             return false;
         }
         self.tasks.recs[task.0 as usize].state = TaskState::Runnable;
+        self.tasks.recs[task.0 as usize].waiting_since = now;
         self.notify(task, now, |p, ctx| p.on_wake(ctx, task, wake));
         self.kick_cpu(now, task);
         self.apply_exclusive(now);
@@ -703,6 +849,7 @@ impl Dispatcher {
         // The target is the owner while it is asked, so its `on_attach` may already use
         // owner-only calls such as `Ctx::set_exclusive`; a refusal undoes it.
         self.tasks.recs[task.0 as usize].owner = target_id;
+        self.tasks.recs[task.0 as usize].waiting_since = now;
         if let Err(why) = self.attach(target, task, now, false) {
             self.tasks.recs[task.0 as usize].owner = old;
             if target == default && was_guest {
@@ -779,6 +926,7 @@ impl Dispatcher {
         let prev = self.tasks.cpus[cpu.0 as usize];
         if let Some(t) = prev {
             self.stop_running(t);
+            self.tasks.recs[t.0 as usize].waiting_since = now;
             self.notify(t, now, |p, ctx| p.on_preempt(ctx, t, cpu, why));
         }
         let mut result = None;
@@ -786,6 +934,9 @@ impl Dispatcher {
             // Exclusivity asked for in an earlier callback (even an earlier pick of this
             // decision) holds before the next scheduler is asked.
             self.apply_exclusive(now);
+            if self.scheds[idx].failing {
+                continue;
+            }
             self.stats.picks += 1;
             let Some(d) = self.call(idx, now, |p, ctx| p.pick(ctx, cpu)) else { continue };
             match self.validate(idx, cpu, d) {
@@ -800,6 +951,12 @@ impl Dispatcher {
                     self.stats.refused += 1;
                     self.scheds[idx].refused += 1;
                     self.call(idx, now, |p, ctx| p.on_refused(ctx, cpu, d, why));
+                    let slot = &mut self.scheds[idx];
+                    if slot.guard.is_some() && !slot.failing {
+                        slot.failing = true;
+                        let reason = format!("invalid decision ({} on {cpu}): {why}", d.task);
+                        self.pending_eject.push((slot.id, reason));
+                    }
                 }
             }
         }

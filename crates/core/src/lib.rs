@@ -12,7 +12,9 @@ pub mod shared;
 pub mod time;
 pub mod usage;
 
-pub use hierarchy::{Dispatched, DispatchStats, Dispatcher, Position, RegisterError, SchedInfo};
+pub use hierarchy::{
+    Containment, Dispatched, DispatchStats, Dispatcher, Ejection, Position, RegisterError, SchedInfo,
+};
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use policy::{
     AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply,

@@ -336,6 +336,10 @@ impl<'a> Ctx<'a> {
     pub fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
         self.view.last_cpu(task)
     }
+    /// The scheduler that owns `task` (None: no such live task).
+    pub fn owner(&self, task: TaskId) -> Option<SchedId> {
+        self.view.owner(task)
+    }
     /// The task running on `cpu`, whoever owns it.
     pub fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
         self.view.running_on(cpu)
@@ -378,6 +382,14 @@ pub trait Policy: Send {
     /// Moves the policy's debugging log entries (e.g. BVT's warp-limit events, end of
     /// §2.2) into `out`. The mechanism shows them in its report.
     fn drain_log(&mut self, _out: &mut Vec<PolicyLog>) {}
+    /// A policy that has failed for good (a loaded module that trapped, ran past its time
+    /// budget or exceeded its memory limit) says why. It must then be inert: `pick` returns
+    /// `None` and the callbacks do nothing. The dispatcher ejects a *contained* scheduler
+    /// whose policy reports a fault ([`crate::Dispatcher::contain`]). Built-in policies
+    /// never fail.
+    fn fault(&self) -> Option<String> {
+        None
+    }
     /// The task's virtual times, for policies that keep them (BVT's A_i and E_i, paper
     /// 001 §2), for plots. The simulator asks only while it records a trace; the default
     /// keeps none.

@@ -75,6 +75,8 @@ enum Ev {
     Swap(u64),
     /// A randres job's deadline (task, generation).
     RandresDeadline(usize, u64),
+    /// A contained module's watchdog may fire now (see `Sim::contain`).
+    Watchdog,
 }
 
 /// A queued event, ordered by time then by the order it was queued, packed into one
@@ -287,6 +289,8 @@ pub struct Sim {
     kernel: Kernel,
     /// While tracing: each task's last recorded virtual times.
     vt_last: Vec<Option<VirtualTime>>,
+    /// When the queued watchdog check (if any) is due.
+    watchdog_at: Option<Ns>,
 }
 
 impl Sim {
@@ -356,6 +360,7 @@ impl Sim {
             swap_gen: 0,
             kernel: Kernel::new(sc.tasks.len()),
             vt_last: Vec::new(),
+            watchdog_at: None,
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -474,6 +479,7 @@ impl Sim {
             if self.trace.is_some() {
                 self.sample_virtual_times();
             }
+            self.contain();
             if self.checks {
                 self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
             }
@@ -731,6 +737,7 @@ impl Sim {
             Ev::Interrupt(k) => self.interrupt(k),
             Ev::Swap(gen) => self.swap_event(gen),
             Ev::RandresDeadline(i, gen) => self.randres_deadline(i, gen),
+            Ev::Watchdog => self.watchdog_at = None,
             Ev::Unscheduled(c) => {
                 let c = c as usize;
                 self.settle(c);
@@ -745,8 +752,41 @@ impl Sim {
         }
     }
 
+    /// Containment of loaded modules (issue 8): ejects the ones that failed, and queues a
+    /// check for when a watchdog could next fire.
+    fn contain(&mut self) {
+        let ejected = self.disp.eject_failed(self.now);
+        if !ejected.is_empty() {
+            for e in &ejected {
+                let to: Vec<String> = e
+                    .moved
+                    .iter()
+                    .map(|(t, s)| {
+                        let task = self.sc.tasks.get(t.0 as usize).map_or_else(|| t.to_string(), |x| x.name.clone());
+                        format!("{task} -> {}", self.disp.sched_name(*s).unwrap_or("?"))
+                    })
+                    .collect();
+                self.metrics.note(self.now, format!("scheduler '{}' ejected: {} [{}]", e.name, e.reason, to.join(", ")));
+                if let Some(k) = self.sched_ids.iter().position(|&id| id == Some(e.sched)) {
+                    self.sched_ids[k] = None;
+                }
+            }
+            self.settle_all();
+            self.flush();
+        }
+        if let Some(at) = self.disp.next_watchdog() {
+            if self.watchdog_at.is_none_or(|w| at < w) {
+                self.watchdog_at = Some(at);
+                self.push(at, Ev::Watchdog);
+            }
+        }
+    }
+
     fn load_sched(&mut self, k: usize) {
         let spec = self.sc.schedulers[k].clone();
+        if crate::modules::module_path(&spec.policy).is_some() {
+            return self.load_module(k);
+        }
         let policy = match vassal_policies::build(&spec.policy.kind, &spec.policy.params) {
             Ok(p) => p,
             Err(e) => {
@@ -765,9 +805,45 @@ impl Sim {
         }
     }
 
+    /// Loads a module scheduler: its declared usage goes through the conflict check, and
+    /// it is contained ([`vassal_core::Containment`], watchdog [`vassal_module::DEFAULT_WATCHDOG`]).
+    fn load_module(&mut self, k: usize) {
+        let spec = self.sc.schedulers[k].clone();
+        let policy = match crate::modules::build_module(&spec.policy, self.sc.machine.cpus) {
+            Ok(p) => p,
+            Err(e) => return self.metrics.note(self.now, format!("scheduler '{}' not loaded: {e}", spec.name)),
+        };
+        let (usage, what) = (policy.usage(), format!("{} ({})", vassal_core::Policy::kind(&policy), policy.label()));
+        let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
+        match self.disp.register(&spec.name, Box::new(policy), usage, pos) {
+            Ok(id) => {
+                let guard = vassal_core::Containment { watchdog: Some(vassal_module::DEFAULT_WATCHDOG) };
+                self.disp.contain(id, guard).expect("a scheduler just registered above the default");
+                self.sched_ids[k] = Some(id);
+                self.metrics.note(self.now, format!("scheduler '{}' loaded from module {what}, {}", spec.name, usage.describe()));
+            }
+            Err(e) => self.metrics.note(self.now, format!("scheduler '{}' refused: {e}", spec.name)),
+        }
+    }
+
     fn unload_sched(&mut self, k: usize) {
         let Some(id) = self.sched_ids[k].take() else { return };
         self.settle_all();
+        if crate::modules::module_path(&self.sc.schedulers[k].policy).is_some() {
+            // A module's tasks go to the scheduler below it (issue 8).
+            let name = self.sc.schedulers[k].name.clone();
+            match self.disp.unregister_to_below(self.now, id) {
+                Ok(moved) => {
+                    let to: Vec<String> = moved
+                        .iter()
+                        .map(|(t, s)| format!("{} -> {}", self.sc.tasks[t.0 as usize].name, self.disp.sched_name(*s).unwrap_or("?")))
+                        .collect();
+                    self.metrics.note(self.now, format!("module scheduler '{name}' unloaded [{}]", to.join(", ")))
+                }
+                Err(e) => self.metrics.note(self.now, format!("unloading '{name}' failed: {e}")),
+            }
+            return;
+        }
         match self.disp.unregister(self.now, id) {
             Ok(moved) => self.metrics.note(
                 self.now,

@@ -7,6 +7,7 @@ pub mod memory;
 pub mod html;
 pub mod metrics;
 pub mod model;
+pub mod modules;
 pub mod report;
 pub mod repro;
 pub mod rtapp;

@@ -554,9 +554,11 @@ enum RawUsage {
 #[serde(deny_unknown_fields)]
 struct RawScheduler {
     name: Spanned<String>,
-    policy: Spanned<String>,
+    policy: Option<Spanned<String>>,
+    /// A loadable module (docs/modules.md) instead of a built-in policy.
+    module: Option<Spanned<String>>,
     params: Option<Spanned<ParamMap>>,
-    usage: Spanned<RawUsage>,
+    usage: Option<Spanned<RawUsage>>,
     load_at: Option<Dur>,
     unload_at: Option<Spanned<Dur>>,
 }
@@ -757,8 +759,22 @@ impl Builder<'_> {
                 );
             }
             sched_lines.insert(name.clone(), self.src.line_of(&s.name.span()));
-            let policy = self.policy(s.policy.get_ref().clone(), s.policy.span(), s.params.as_ref())?;
-            let usage = self.usage(&s.usage, ncpus)?;
+            let (policy, usage) = match (&s.policy, &s.module) {
+                (Some(p), None) => {
+                    let policy = self.policy(p.get_ref().clone(), p.span(), s.params.as_ref())?;
+                    let Some(u) = &s.usage else {
+                        return Err(self.err(self.table_header(&s.name), "missing required key `usage`"));
+                    };
+                    (policy, self.usage(u, ncpus)?)
+                }
+                (None, Some(m)) => self.module_scheduler(&name, m, s, ncpus)?,
+                (Some(p), Some(_)) => {
+                    return Err(self.err(p.span(), format!("scheduler '{name}' has both a policy and a module; give one")))
+                }
+                (None, None) => {
+                    return Err(self.err(self.table_header(&s.name), "missing required key `policy` (or `module`)"))
+                }
+            };
             let load_at = s.load_at.map_or(0, |d| d.0);
             let unload_at = match &s.unload_at {
                 Some(u) if u.get_ref().0 <= load_at => {
@@ -1067,6 +1083,30 @@ impl Builder<'_> {
             return Err(self.err(span, format!("policy '{kind}': {e}")));
         }
         Ok(PolicySpec { kind, params: map })
+    }
+
+    /// The `[[scheduler]]` header of the table holding `name` (for errors about a key
+    /// that is missing from the table).
+    fn table_header(&self, name: &Spanned<String>) -> Range<usize> {
+        let at = name.span().start;
+        self.src.text[..at].rfind("[[scheduler]]").map_or(name.span(), |i| i..i + "[[scheduler]]".len())
+    }
+
+    /// A `[[scheduler]]` with `module = "FILE"`: loads the module once to check it and to
+    /// read the CPU usage it declares (which the scenario may not restate).
+    fn module_scheduler(&self, name: &str, m: &Spanned<String>, s: &RawScheduler, ncpus: u16) -> R<(PolicySpec, Usage)> {
+        if let Some(u) = &s.usage {
+            return Err(self.err(u.span(), format!("scheduler '{name}': a module declares its own usage; remove `usage`")));
+        }
+        let map: BTreeMap<String, ParamValue> = s
+            .params
+            .as_ref()
+            .map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect())
+            .unwrap_or_default();
+        let path = crate::modules::resolve(self.src.file, m.get_ref());
+        let spec = crate::modules::module_spec(&path, map);
+        let usage = crate::modules::probe(&spec, ncpus).map_err(|e| self.err(m.span(), e))?;
+        Ok((spec, usage))
     }
 
     fn cpu_list(&self, list: &Spanned<Vec<Spanned<i64>>>, ncpus: u16, what: &str) -> R<CpuSet> {

@@ -1,0 +1,597 @@
+//! vassal-sdk: write a scheduling policy against vassal's policy interface and compile it
+//! to a module that vassal loads at run time (issue 8; Vassal's loadable scheduler
+//! drivers, paper 000 §3–4).
+//!
+//! A policy is an ordinary implementation of [`Policy`] (the same trait vassal's built-in
+//! policies implement: `on_attach`, `on_wake`, ..., `pick`). [`export_policy!`] turns a
+//! crate of type `cdylib` into a module: it generates the exports of the module ABI, which
+//! call your policy with a real [`Ctx`] whose effects (`set_event`, `cancel_event`,
+//! `resched`, `set_exclusive`) and queries (`state`, `affinity`, ...) go to the host.
+//!
+//! ```ignore
+//! use vassal_sdk::*;
+//!
+//! struct Fifo { queue: std::collections::VecDeque<TaskId> }
+//! impl Policy for Fifo {
+//!     fn kind(&self) -> &str { "fifo" }
+//!     fn on_wake(&mut self, _: &mut Ctx, t: TaskId, _: Wake) { self.queue.push_back(t) }
+//!     fn pick(&mut self, _: &mut Ctx, _: CpuId) -> Option<Decision> {
+//!         self.queue.pop_front().map(Decision::run_until_block)
+//!     }
+//! }
+//! fn build(_: &Params, _ncpus: u16) -> Result<Setup, String> {
+//!     Ok(Setup { policy: Box::new(Fifo { queue: Default::default() }), usage: Usage::Reserved { cpu_ppm: 500_000 } })
+//! }
+//! vassal_sdk::export_policy!(build);
+//! ```
+//!
+//! Build with `cargo build --release --target wasm32-unknown-unknown`; load the `.wasm`
+//! with `vassal sim SCENARIO --load FILE --name N` (docs/modules.md has the whole loop).
+//! The module is sandboxed and distrusted: a trap (a panic included), a call running past
+//! its fuel budget, memory past its limit, an invalid decision, or a runnable task left
+//! unserved past the watchdog gets it ejected, and its tasks go to the scheduler below.
+
+use std::cell::UnsafeCell;
+use std::collections::BTreeMap;
+
+pub use vassal_core::{
+    AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt,
+    Refusal, Reply, Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS,
+    NS, SEC, US,
+};
+
+/// The ABI version this SDK speaks (the host refuses another).
+pub const ABI_VERSION: i32 = 1;
+
+/// A scheduler parameter, as written in a scenario's `params` table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Param {
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+}
+
+/// The scheduler's parameters, given to the builder.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Params {
+    pub map: BTreeMap<String, Param>,
+}
+
+impl Params {
+    pub fn get(&self, key: &str) -> Option<&Param> {
+        self.map.get(key)
+    }
+    pub fn int(&self, key: &str, default: i64) -> Result<i64, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Param::Int(i)) => Ok(*i),
+            Some(v) => Err(format!("parameter '{key}': expected an integer, found {v:?}")),
+        }
+    }
+    pub fn float(&self, key: &str, default: f64) -> Result<f64, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Param::Float(f)) => Ok(*f),
+            Some(Param::Int(i)) => Ok(*i as f64),
+            Some(v) => Err(format!("parameter '{key}': expected a number, found {v:?}")),
+        }
+    }
+    pub fn str(&self, key: &str, default: &str) -> Result<String, String> {
+        match self.get(key) {
+            None => Ok(default.to_string()),
+            Some(Param::Str(s)) => Ok(s.clone()),
+            Some(v) => Err(format!("parameter '{key}': expected a string, found {v:?}")),
+        }
+    }
+    /// A duration written like "10ms".
+    pub fn duration(&self, key: &str, default: Ns) -> Result<Ns, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Param::Str(s)) => vassal_core::parse_duration(s).map_err(|e| format!("parameter '{key}': {e}")),
+            Some(v) => Err(format!("parameter '{key}': expected a duration like \"10ms\", found {v:?}")),
+        }
+    }
+    /// The declared share `reserved` (in CPUs, e.g. 0.5) as `Usage::Reserved`, with a default.
+    pub fn reserved_usage(&self, default_cpus: f64) -> Result<Usage, String> {
+        let share = self.float("reserved", default_cpus)?;
+        if !(share.is_finite() && share > 0.0) {
+            return Err(format!("parameter 'reserved': expected a positive share of CPUs, found {share}"));
+        }
+        Ok(Usage::Reserved { cpu_ppm: (share * CPU_PPM as f64).round() as u64 })
+    }
+
+    fn decode(text: &str) -> Result<Params, String> {
+        let mut map = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let (k, v) = line.split_once('=').ok_or_else(|| format!("malformed parameter line '{line}'"))?;
+            let (t, v) = v.split_once(':').ok_or_else(|| format!("malformed parameter value '{v}'"))?;
+            let p = match t {
+                "i" => Param::Int(v.parse().map_err(|_| format!("parameter '{k}': bad integer"))?),
+                "f" => Param::Float(v.parse().map_err(|_| format!("parameter '{k}': bad number"))?),
+                "b" => Param::Bool(v == "1"),
+                _ => Param::Str(v.to_string()),
+            };
+            map.insert(k.to_string(), p);
+        }
+        Ok(Params { map })
+    }
+}
+
+/// What a module's builder returns: the policy and the CPU usage it declares (Vassal §8;
+/// checked against the loaded schedulers when the module is loaded).
+pub struct Setup {
+    pub policy: Box<dyn Policy>,
+    pub usage: Usage,
+}
+
+/// The builder a module exports with [`export_policy!`]: parameters and the number of CPUs in.
+pub type Builder = fn(&Params, u16) -> Result<Setup, String>;
+
+// ----- host imports -----
+
+#[cfg(target_arch = "wasm32")]
+mod host {
+    #[link(wasm_import_module = "vassal")]
+    extern "C" {
+        pub fn state(task: i32) -> i32;
+        pub fn affinity(task: i32) -> i64;
+        pub fn owner(task: i32) -> i64;
+        pub fn last_cpu(task: i32) -> i32;
+        pub fn running_on(cpu: i32) -> i64;
+        pub fn sched_id() -> i64;
+        pub fn set_event(at: i64, token: i64) -> i32;
+        pub fn cancel_event(token: i64);
+        pub fn resched(cpu: i32) -> i32;
+        pub fn set_exclusive(task: i32, on: i32) -> i32;
+        pub fn set_kind(ptr: i32, len: i32);
+        pub fn reason(ptr: i32, len: i32);
+        pub fn reply(kind: i32, a: i64, b: i64, ptr: i32, len: i32);
+        pub fn log(at: i64, task: i64, ptr: i32, len: i32);
+    }
+}
+
+/// Stand-ins off wasm32 (a module crate then still type-checks and unit-tests natively):
+/// no task exists and effects go nowhere.
+#[cfg(not(target_arch = "wasm32"))]
+#[allow(clippy::missing_safety_doc)]
+mod host {
+    pub unsafe extern "C" fn state(_: i32) -> i32 {
+        -3
+    }
+    pub unsafe extern "C" fn affinity(_: i32) -> i64 {
+        0
+    }
+    pub unsafe extern "C" fn owner(_: i32) -> i64 {
+        -1
+    }
+    pub unsafe extern "C" fn last_cpu(_: i32) -> i32 {
+        -1
+    }
+    pub unsafe extern "C" fn running_on(_: i32) -> i64 {
+        -1
+    }
+    pub unsafe extern "C" fn sched_id() -> i64 {
+        -1
+    }
+    pub unsafe extern "C" fn set_event(_: i64, _: i64) -> i32 {
+        0
+    }
+    pub unsafe extern "C" fn cancel_event(_: i64) {}
+    pub unsafe extern "C" fn resched(_: i32) -> i32 {
+        0
+    }
+    pub unsafe extern "C" fn set_exclusive(_: i32, _: i32) -> i32 {
+        0
+    }
+    pub unsafe extern "C" fn set_kind(_: i32, _: i32) {}
+    pub unsafe extern "C" fn reason(_: i32, _: i32) {}
+    pub unsafe extern "C" fn reply(_: i32, _: i64, _: i64, _: i32, _: i32) {}
+    pub unsafe extern "C" fn log(_: i64, _: i64, _: i32, _: i32) {}
+}
+
+/// The task view a module's `Ctx` reads: each query is a host call.
+struct HostView;
+
+impl TaskView for HostView {
+    fn state(&self, task: TaskId) -> TaskState {
+        match unsafe { host::state(task.0 as i32) } {
+            -1 => TaskState::Runnable,
+            -2 => TaskState::Blocked,
+            c if c >= 0 => TaskState::Running(CpuId(c as u16)),
+            _ => TaskState::Dead,
+        }
+    }
+    fn affinity(&self, task: TaskId) -> CpuSet {
+        CpuSet(unsafe { host::affinity(task.0 as i32) } as u64)
+    }
+    fn owner(&self, task: TaskId) -> Option<SchedId> {
+        let s = unsafe { host::owner(task.0 as i32) };
+        (s >= 0).then_some(SchedId(s as u32))
+    }
+    fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
+        let c = unsafe { host::last_cpu(task.0 as i32) };
+        (c >= 0).then_some(CpuId(c as u16))
+    }
+    fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
+        let t = unsafe { host::running_on(cpu.0 as i32) };
+        (t >= 0).then_some(TaskId(t as u32))
+    }
+}
+
+// ----- the runtime behind the exports (called by the code `export_policy!` generates) -----
+
+/// A cell for the module's single-threaded globals (WebAssembly modules have one thread).
+struct Global<T>(UnsafeCell<T>);
+// SAFETY: a wasm32 module instance runs on one thread; the host never re-enters it.
+unsafe impl<T> Sync for Global<T> {}
+
+struct Guest {
+    policy: Box<dyn Policy>,
+    usage: Usage,
+    ncpus: u16,
+    sched: Option<SchedId>,
+    effects: Vec<Effect>,
+    exclusive: Vec<(TaskId, bool)>,
+}
+
+static GUEST: Global<Option<Guest>> = Global(UnsafeCell::new(None));
+static BUFFER: Global<Vec<u8>> = Global(UnsafeCell::new(Vec::new()));
+static MAILBOX: Global<u64> = Global(UnsafeCell::new(0));
+
+fn guest() -> Option<&'static mut Guest> {
+    // SAFETY: single-threaded and not re-entered (see `Global`); each export takes the
+    // reference once and drops it before returning.
+    unsafe { (*GUEST.0.get()).as_mut() }
+}
+
+fn buffer_text(len: i32) -> String {
+    // SAFETY: as above.
+    let buf = unsafe { &*BUFFER.0.get() };
+    let len = (len.max(0) as usize).min(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+fn send_str(f: unsafe extern "C" fn(i32, i32), s: &str) {
+    unsafe { f(s.as_ptr() as usize as i32, s.len() as i32) }
+}
+
+/// The runtime functions the generated exports call. Not for direct use.
+#[doc(hidden)]
+pub mod rt {
+    use super::*;
+
+    pub fn abi() -> i32 {
+        ABI_VERSION
+    }
+
+    pub fn buffer(len: i32) -> i32 {
+        // SAFETY: see `Global`.
+        let buf = unsafe { &mut *BUFFER.0.get() };
+        buf.clear();
+        buf.resize(len.max(0) as usize, 0);
+        buf.as_mut_ptr() as usize as i32
+    }
+
+    pub fn mailbox() -> i32 {
+        MAILBOX.0.get() as usize as i32
+    }
+
+    pub fn init(build: Builder, ncpus: i32, params_len: i32) -> i32 {
+        let text = buffer_text(params_len);
+        let setup = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16));
+        match setup {
+            Ok(s) => {
+                send_str(host::set_kind, s.policy.kind());
+                // SAFETY: see `Global`.
+                unsafe {
+                    *GUEST.0.get() = Some(Guest {
+                        policy: s.policy,
+                        usage: s.usage,
+                        ncpus: ncpus.clamp(1, 64) as u16,
+                        sched: None,
+                        effects: Vec::new(),
+                        exclusive: Vec::new(),
+                    })
+                };
+                0
+            }
+            Err(e) => {
+                send_str(host::reason, &e);
+                1
+            }
+        }
+    }
+
+    pub fn usage_kind() -> i32 {
+        match guest().map(|g| g.usage) {
+            Some(Usage::Reserved { .. }) => 1,
+            Some(Usage::HardTime { .. }) => 2,
+            _ => 0,
+        }
+    }
+    pub fn usage_ppm() -> i64 {
+        match guest().map(|g| g.usage) {
+            Some(Usage::Reserved { cpu_ppm }) => cpu_ppm as i64,
+            Some(Usage::HardTime { util_ppm, .. }) => util_ppm as i64,
+            _ => 0,
+        }
+    }
+    pub fn usage_cpus() -> i64 {
+        match guest().map(|g| g.usage) {
+            Some(Usage::HardTime { cpus, .. }) => cpus.0 as i64,
+            _ => 0,
+        }
+    }
+
+    /// Runs one callback with a `Ctx`, then hands its effects to the host.
+    fn with<R: Default>(now: i64, f: impl FnOnce(&mut dyn Policy, &mut Ctx) -> R) -> R {
+        let Some(g) = guest() else { return R::default() };
+        let sched = *g.sched.get_or_insert_with(|| SchedId(unsafe { host::sched_id() }.max(0) as u32));
+        let mut effects = std::mem::take(&mut g.effects);
+        let mut exclusive = std::mem::take(&mut g.exclusive);
+        let r = {
+            let mut ctx = Ctx::new(now as u64, g.ncpus, sched, &mut effects, &mut exclusive, &HostView);
+            f(g.policy.as_mut(), &mut ctx)
+        };
+        for e in effects.drain(..) {
+            // SAFETY: plain host calls with integers.
+            unsafe {
+                match e {
+                    Effect::SetEvent { token, at, .. } => {
+                        host::set_event(at as i64, token as i64);
+                    }
+                    Effect::CancelEvent { token, .. } => host::cancel_event(token as i64),
+                    Effect::Resched(cpu) => {
+                        host::resched(cpu.0 as i32);
+                    }
+                }
+            }
+        }
+        for (t, on) in exclusive.drain(..) {
+            unsafe { host::set_exclusive(t.0 as i32, i32::from(on)) };
+        }
+        g.effects = effects;
+        g.exclusive = exclusive;
+        r
+    }
+
+    fn state_of(code: i32) -> TaskState {
+        match code {
+            -1 => TaskState::Runnable,
+            -2 => TaskState::Blocked,
+            c if c >= 0 => TaskState::Running(CpuId(c as u16)),
+            _ => TaskState::Dead,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attach(now: i64, task: i32, state: i32, affinity: i64, parent: i64, guest_: i32, params_len: i32) -> i32 {
+        let text = buffer_text(params_len);
+        let params: TaskParams = text
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                Some((k.to_string(), v.strip_prefix("i:")?.parse().ok()?))
+            })
+            .collect();
+        let info = AttachInfo {
+            state: state_of(state),
+            params: &params,
+            affinity: CpuSet(affinity as u64),
+            parent: (parent >= 0).then_some(TaskId(parent as u32)),
+            guest: guest_ != 0,
+        };
+        let r = with(now, |p, ctx| Some(p.on_attach(ctx, TaskId(task as u32), &info)));
+        match r {
+            Some(Ok(())) | None => 0,
+            Some(Err(e)) => {
+                send_str(host::reason, &e);
+                1
+            }
+        }
+    }
+
+    pub fn detach(now: i64, task: i32, why: i32) {
+        let why = match why {
+            0 => Detach::Exit,
+            1 => Detach::Moved,
+            _ => Detach::Released,
+        };
+        with(now, |p, ctx| p.on_detach(ctx, TaskId(task as u32), why))
+    }
+    pub fn wake(now: i64, task: i32, flags: i32, irq: i64) {
+        let w = Wake { voluntary: flags & 1 != 0, warp: flags & 2 != 0, interrupt: (irq >= 0).then_some(irq as u32) };
+        with(now, |p, ctx| p.on_wake(ctx, TaskId(task as u32), w))
+    }
+    pub fn block(now: i64, task: i32, voluntary: i32) {
+        with(now, |p, ctx| p.on_block(ctx, TaskId(task as u32), Block { voluntary: voluntary != 0 }))
+    }
+    pub fn dispatch(now: i64, task: i32, cpu: i32) {
+        with(now, |p, ctx| p.on_dispatch(ctx, TaskId(task as u32), CpuId(cpu as u16)))
+    }
+    pub fn preempt(now: i64, task: i32, cpu: i32, why: i32) {
+        let why = match why {
+            0 => Preempt::SliceExpired,
+            1 => Preempt::Resched,
+            _ => Preempt::Yield,
+        };
+        with(now, |p, ctx| p.on_preempt(ctx, TaskId(task as u32), CpuId(cpu as u16), why))
+    }
+    pub fn run(now: i64, task: i32, cpu: i32, ran: i64) {
+        with(now, |p, ctx| p.on_run(ctx, TaskId(task as u32), CpuId(cpu as u16), ran as u64))
+    }
+    pub fn tick(now: i64, cpu: i32) {
+        with(now, |p, ctx| p.on_tick(ctx, CpuId(cpu as u16)))
+    }
+    pub fn event(now: i64, token: i64) {
+        with(now, |p, ctx| p.on_event(ctx, token as u64))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn message(now: i64, from_task: i64, uid: i32, task: i32, kind: i32, a: i64, b: i64, c: i64, util: f64, name_len: i32) {
+        let req = match kind {
+            1 => Request::Set { delay: a as u64 },
+            2 => Request::Warp { on: a != 0 },
+            3 => Request::Param { name: buffer_text(name_len), value: a },
+            4 => Request::Reserve { util, period: a as u64 },
+            5 => Request::Free,
+            6 => Request::Modify { util, period: a as u64 },
+            7 => Request::Avail,
+            8 => Request::Deadline { start: a as u64, need: b as u64, deadline: c as u64 },
+            _ => {
+                send_str_reply(&format!("unknown request kind {kind}"));
+                return;
+            }
+        };
+        let from = Sender { task: (from_task >= 0).then_some(TaskId(from_task as u32)), uid: uid as u32 };
+        let reply = with(now, |p, ctx| Some(p.on_message(ctx, from, TaskId(task as u32), &req)));
+        unsafe {
+            match reply {
+                Some(Reply::Ok) | None => host::reply(0, 0, 0, 0, 0),
+                Some(Reply::Value(v)) => host::reply(1, v, 0, 0, 0),
+                Some(Reply::Fraction { num, den }) => host::reply(2, num as i64, den as i64, 0, 0),
+                Some(Reply::Refused(why)) => send_str_reply(&why),
+            }
+        }
+    }
+
+    fn send_str_reply(why: &str) {
+        unsafe { host::reply(3, 0, 0, why.as_ptr() as usize as i32, why.len() as i32) }
+    }
+
+    pub fn pick(now: i64, cpu: i32) -> i64 {
+        match with(now, |p, ctx| p.pick(ctx, CpuId(cpu as u16))) {
+            None => -1,
+            Some(d) => {
+                // SAFETY: see `Global`.
+                unsafe { *MAILBOX.0.get() = d.slice.unwrap_or(u64::MAX) };
+                d.task.0 as i64
+            }
+        }
+    }
+
+    pub fn refused(now: i64, cpu: i32, task: i32, slice: i64, why: i32, at: i32) {
+        let why = match why {
+            0 => Refusal::NoSuchTask,
+            1 => Refusal::NotYours,
+            2 => Refusal::NotRunnable,
+            3 => Refusal::RunningElsewhere(CpuId(at.max(0) as u16)),
+            4 => Refusal::NotAllowed,
+            _ => Refusal::ZeroSlice,
+        };
+        let d = Decision { task: TaskId(task as u32), slice: (slice >= 0).then_some(slice as u64) };
+        with(now, |p, ctx| p.on_refused(ctx, CpuId(cpu as u16), d, why))
+    }
+
+    pub fn drain_log() {
+        let Some(g) = guest() else { return };
+        let mut out = Vec::new();
+        g.policy.drain_log(&mut out);
+        for l in out {
+            let task = l.task.map_or(-1, |t| t.0 as i64);
+            unsafe { host::log(l.at as i64, task, l.text.as_ptr() as usize as i32, l.text.len() as i32) };
+        }
+    }
+}
+
+/// Exports a policy as a vassal module: `export_policy!(build)` with
+/// `fn build(&Params, ncpus: u16) -> Result<Setup, String>`. Generates the ABI's exports
+/// (`vassal_abi`, `vassal_init`, `vassal_pick`, ...); see docs/modules.md.
+#[macro_export]
+macro_rules! export_policy {
+    ($build:path) => {
+        #[no_mangle]
+        pub extern "C" fn vassal_abi() -> i32 {
+            $crate::rt::abi()
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_buffer(len: i32) -> i32 {
+            $crate::rt::buffer(len)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_mailbox() -> i32 {
+            $crate::rt::mailbox()
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_init(ncpus: i32, params_len: i32) -> i32 {
+            $crate::rt::init($build, ncpus, params_len)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_usage_kind() -> i32 {
+            $crate::rt::usage_kind()
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_usage_ppm() -> i64 {
+            $crate::rt::usage_ppm()
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_usage_cpus() -> i64 {
+            $crate::rt::usage_cpus()
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_attach(now: i64, task: i32, state: i32, aff: i64, parent: i64, guest: i32, len: i32) -> i32 {
+            $crate::rt::attach(now, task, state, aff, parent, guest, len)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_detach(now: i64, task: i32, why: i32) {
+            $crate::rt::detach(now, task, why)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_wake(now: i64, task: i32, flags: i32, irq: i64) {
+            $crate::rt::wake(now, task, flags, irq)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_block(now: i64, task: i32, voluntary: i32) {
+            $crate::rt::block(now, task, voluntary)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_dispatch(now: i64, task: i32, cpu: i32) {
+            $crate::rt::dispatch(now, task, cpu)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_preempt(now: i64, task: i32, cpu: i32, why: i32) {
+            $crate::rt::preempt(now, task, cpu, why)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_run(now: i64, task: i32, cpu: i32, ran: i64) {
+            $crate::rt::run(now, task, cpu, ran)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_tick(now: i64, cpu: i32) {
+            $crate::rt::tick(now, cpu)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_event(now: i64, token: i64) {
+            $crate::rt::event(now, token)
+        }
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn vassal_message(
+            now: i64,
+            from: i64,
+            uid: i32,
+            task: i32,
+            kind: i32,
+            a: i64,
+            b: i64,
+            c: i64,
+            util: f64,
+            len: i32,
+        ) {
+            $crate::rt::message(now, from, uid, task, kind, a, b, c, util, len)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_pick(now: i64, cpu: i32) -> i64 {
+            $crate::rt::pick(now, cpu)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_refused(now: i64, cpu: i32, task: i32, slice: i64, why: i32, at: i32) {
+            $crate::rt::refused(now, cpu, task, slice, why, at)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_drain_log() {
+            $crate::rt::drain_log()
+        }
+    };
+}
