@@ -95,13 +95,23 @@ enum Cmd {
         #[arg(long)]
         real: bool,
     },
-    /// Run every variant of a sweep experiment (an experiment file with [[axis]], see
-    /// docs/repro.md) and print its [[show]] tables.
+    /// Run every variant of a sweep (format: docs/sweep.md) on all cores, with a progress
+    /// bar on a terminal; print its metrics' tables and write NAME.csv, NAME.json and
+    /// NAME.svg (a plot).
     Sweep {
         file: PathBuf,
         /// Print this variant's scenario (TOML) instead, e.g. "v7/18" (run it with `vassal sim`).
         #[arg(long)]
         variant: Option<String>,
+        /// Directory for the files (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Print the runs as JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Runs at a time (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// Measure simulator throughput and the cost of one scheduling decision.
     Bench {
@@ -110,21 +120,6 @@ enum Cmd {
         /// A shorter run (for smoke tests); the numbers are noisier.
         #[arg(long)]
         quick: bool,
-    },
-    /// Run a scenario over a grid of parameter values on all cores; write the table (CSV,
-    /// JSON) and an SVG plot (spec format: docs/sweep.md). Temporary name until it and
-    /// `sweep` share one format.
-    SweepGrid {
-        spec: PathBuf,
-        /// Directory for SPEC-NAME.csv, .json and .svg (default: the current directory).
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-        /// Print the table as JSON (and show no progress bar).
-        #[arg(long)]
-        json: bool,
-        /// Runs at a time (default: the number of cores).
-        #[arg(long)]
-        jobs: Option<usize>,
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
@@ -240,14 +235,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Repro { names, json, real: true, .. } => agent_cmd::repro_real(&names, json),
         Cmd::Repro { names, json, dir, report, real: false } => repro(&names, json, dir, report),
-        Cmd::Sweep { file, variant } => {
-            let sweep = vassal_sim::sweep::load(&file).map_err(anyhow::Error::msg)?;
-            if let Some(name) = variant {
-                print!("{}", sweep.variant_text(&name).map_err(anyhow::Error::msg)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let reports = sweep.run().map_err(anyhow::Error::msg)?;
-            print!("{}", sweep.tables(&reports).map_err(anyhow::Error::msg)?);
+        Cmd::Sweep { file, variant, out, json, jobs } => {
+            sweep::run(&file, variant, out, json, jobs)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Agent(a) => agent_cmd::agent(a),
@@ -264,10 +253,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Bvt { cmd: BvtCmd::Plan { shares, c_mcu, mcu, priorities, warp_limits, json } } => {
             bvt_plan(&shares, c_mcu, &mcu, &priorities, &warp_limits, json)
-        }
-        Cmd::SweepGrid { spec, out, json, jobs } => {
-            sweep::run(&spec, out, json, jobs)?;
-            Ok(ExitCode::SUCCESS)
         }
         Cmd::Policies => {
             for (k, d) in vassal_policies::kinds() {

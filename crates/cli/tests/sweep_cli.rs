@@ -12,7 +12,7 @@ fn sweep_writes_the_table_and_plot_quietly() {
     let spec = root.join("docs/examples/sweep/bvt-warp.toml");
     let run = |json: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_vassal"));
-        c.arg("sweep-grid").arg(&spec).arg("--out").arg(&out).arg("--jobs").arg("2");
+        c.arg("sweep").arg(&spec).arg("--out").arg(&out).arg("--jobs").arg("2");
         if json {
             c.arg("--json");
         }
@@ -25,7 +25,7 @@ fn sweep_writes_the_table_and_plot_quietly() {
     assert_eq!(v["rows"].as_array().unwrap().len(), 20);
     assert_eq!(stderr, "", "--json: no progress bar, no chatter");
     let (stdout, stderr) = run(false);
-    assert!(stdout.starts_with("task.hog.count"), "{stdout}");
+    assert!(stdout.starts_with("task.video.response_max_ms\n  task.video.behaviour.exec"), "{stdout}");
     assert_eq!(stderr.lines().count(), 1, "only the files written, no bar: {stderr:?}");
     assert!(stderr.starts_with("wrote "));
     for ext in ["csv", "json", "svg"] {

@@ -16,8 +16,6 @@ pub mod scenario;
 pub mod svg;
 pub mod swap;
 pub mod sweep;
-pub mod sweep_dbs;
-pub mod sweep_grid;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;

@@ -424,23 +424,9 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
     }
-    let done = |rows: Vec<Row>| ExperimentRun { path: path.to_path_buf(), description: description.clone(), expects: expects.clone(), rows, run: None };
-    if table.contains_key("sweep") {
-        return crate::sweep_dbs::run(path, &table, &expects).map(done);
-    }
     if crate::sweep::is_sweep(&table) {
-        let sweep = crate::sweep::Sweep::from_table(&path.display().to_string(), &table)?;
-        let reports = sweep.run()?;
-        return expects
-            .iter()
-            .map(|e| {
-                sweep
-                    .eval(&e.metric, &reports)
-                    .map(|ours| e.judge(ours))
-                    .map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(done);
+        let rows = crate::sweep::expect_rows(path, &table, &expects)?;
+        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
     }
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;

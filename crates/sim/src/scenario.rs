@@ -434,11 +434,15 @@ struct RawScenario {
     /// Result rows of an experiment file; read and checked by `repro`, not by the simulator.
     #[serde(default, rename = "expect")]
     _expect: Option<toml::Value>,
-    /// The variants and tables of a sweep experiment; read by `repro` and `sweep`.
+    /// The variants and tables of a sweep (docs/sweep.md); read by `repro` and `sweep`.
     #[serde(default, rename = "axis")]
     _axis: Option<toml::Value>,
-    #[serde(default, rename = "show")]
-    _show: Option<toml::Value>,
+    #[serde(default, rename = "run")]
+    _run: Option<toml::Value>,
+    #[serde(default, rename = "metrics")]
+    _metrics: Option<toml::Value>,
+    #[serde(default, rename = "plot")]
+    _plot: Option<toml::Value>,
     #[serde(default, rename = "seeds")]
     _seeds: Option<toml::Value>,
 }

@@ -1,76 +1,105 @@
-//! Experiments over several variants of one scenario (docs/repro.md, "Sweeps"): a base
-//! scenario, `[[axis]]` tables whose values override keys of it, and `[[expect]]` rows
-//! whose metric is an arithmetic expression over the variants' reports — so a paper's
-//! figure (five systems × eight process counts) is one file, and a row can judge a shape
-//! (a ratio between two curves at one point) rather than a single number.
+//! Sweeps (docs/sweep.md): one scenario run as many *variants* — every combination of one
+//! value per `[[axis]]`, plus single `[[run]]`s — each once per seed, on all cores. The
+//! same file format serves `vassal repro` (an experiment file whose `[[expect]]` rows
+//! compare variants) and `vassal sweep` (a table of `metrics` per variant, written as
+//! CSV, JSON and an SVG plot).
 //!
 //! ```toml
-//! [[axis]]
-//! name = "module"
+//! base = "scenario.toml"        # optional: else the file's own scenario keys are the base
+//! seeds = [1, 2, 3]             # optional: each variant runs once per seed (default: once)
+//! metrics = ["kernel.swap_outs", { name = "loads/min", metric = "36 * 60 / kernel.last_exit_s" }]
+//!
+//! [[axis]]                      # named values, each setting key paths
+//! name = "sched"
 //! values = [
-//!   { name = "v7", set = { "default.policy" = "unix" } },
-//!   { name = "fb", set = { "default.policy" = "fb" } },
+//!   { name = "dbs", set = { "default.policy" = "dbs", "task.randres*.behaviour.reserve" = "sched" } },
+//!   { name = "fps", set = { "default.policy" = "fps" } },
 //! ]
-//! [[axis]]
-//! name = "procs"
-//! values = [ { name = "1", set = { "task.1.count" = 1 } }, { name = "2", set = { "task.1.count" = 2 } } ]
+//! [[axis]]                      # shorthand: every value sets one path; x = the value
+//! path = "task.hog.count"       # (name defaults to the path)
+//! values = [1, 2, 4, 8]
 //!
-//! [[show]]                     # optional: a table printed by `vassal sweep`
-//! name = "swap-outs"
-//! metric = "kernel.swap_outs"
+//! [[run]]                       # a single variant besides the grid
+//! name = "ref"
+//! set = { "default.policy" = "bvt" }
 //!
-//! [[expect]]
-//! id = "x.ratio"
-//! metric = "kernel.swap_outs[fb/2] / kernel.swap_outs[v7/2]"
-//! ...
+//! [plot]                        # optional: metric y against axis x
+//! x = "task.hog.count"
+//! y = "kernel.swap_outs"
 //! ```
 //!
-//! A variant takes one value of every axis; its name is the value names joined by "/",
-//! in axis order. A `set` key is a dotted path into the base document: table keys, and
-//! array indices for arrays (`task.1.count` is the second `[[task]]`'s count); the last
-//! step may add a key to a table, every earlier one must exist. Expressions: numbers,
-//! `+ - * /`, parentheses and `METRIC[VARIANT]` (METRIC as in [`crate::repro::metric`]).
+//! A grid variant is named by its value names joined with "/" (`dbs/8`), the first axis
+//! varying slowest; `[[run]]`s follow in file order. A value may have `x` (a number: its
+//! position on the axis, for plots and `crossing`). Key paths: see [`set_path`].
+//! Expressions (rows' `metric`, `metrics`): see [`parse`].
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::report::Report;
+use crate::repro::{Expect, Row};
 use crate::scenario::parse_scenario;
+use crate::svg;
 
-/// One value of an axis: its name and the keys it sets.
+/// The top-level keys a sweep reads; all others are the base scenario's.
+const SWEEP_KEYS: [&str; 7] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect"];
+
+/// One value of an axis (or one `[[run]]`): its name, position and settings.
 #[derive(Clone, Debug)]
 pub struct AxisValue {
     pub name: String,
+    pub x: Option<f64>,
     pub set: Vec<(String, toml::Value)>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Axis {
     pub name: String,
+    /// The path every value sets, for an axis written as `path` and `values`.
+    pub path: Option<String>,
     pub values: Vec<AxisValue>,
 }
 
-/// A table `vassal sweep` prints: `metric` for every variant.
+/// A metric of the table `vassal sweep` writes: an expression, per variant.
 #[derive(Clone, Debug)]
-pub struct Show {
+pub struct Metric {
     pub name: String,
-    pub metric: String,
+    pub text: String,
+    pub expr: Expr,
 }
 
-/// A sweep experiment: the base document and its axes.
+/// A variant: its name and, for a grid variant, its value index on every axis.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    pub name: String,
+    pub values: Option<Vec<usize>>,
+}
+
+/// A loaded sweep.
 #[derive(Clone, Debug)]
 pub struct Sweep {
+    /// The file, for errors.
     pub file: String,
+    /// The file name without `.toml` (names the CLI's output files).
+    pub name: String,
+    /// Where the base scenario came from: `file`, or the `base` file.
+    pub base_file: String,
     pub base: toml::Table,
     pub axes: Vec<Axis>,
-    pub show: Vec<Show>,
+    pub runs: Vec<AxisValue>,
     /// Each variant runs once per seed; a metric is the mean over the runs (empty: the
     /// scenario's own seed, once).
     pub seeds: Vec<u64>,
+    pub metrics: Vec<Metric>,
+    /// The plot: axis index and metric index.
+    pub plot: (usize, usize),
+    pub variants: Vec<Variant>,
 }
 
-/// The runs of every variant, by variant name.
-pub type Runs = BTreeMap<String, Vec<Report>>;
+/// The reports of every variant (in variant order), one per seed.
+pub type Runs = Vec<Vec<Report>>;
 
 /// The mean of `metric` over a variant's runs.
 pub fn mean_metric(runs: &[Report], metric: &str) -> Result<f64, String> {
@@ -84,22 +113,150 @@ pub fn mean_metric(runs: &[Report], metric: &str) -> Result<f64, String> {
     Ok(sum / runs.len() as f64)
 }
 
-/// True if the experiment document is a sweep (has `[[axis]]`).
+/// True if the experiment document is a sweep (has `[[axis]]` or `[[run]]`).
 pub fn is_sweep(table: &toml::Table) -> bool {
-    table.contains_key("axis")
+    table.contains_key("axis") || table.contains_key("run")
 }
 
 fn str_of<'a>(t: &'a toml::Table, key: &str, what: &str) -> Result<&'a str, String> {
     t.get(key).and_then(|v| v.as_str()).ok_or_else(|| format!("{what} needs {key} = \"...\""))
 }
 
+fn check_keys(t: &toml::Table, allowed: &[&str], what: &str) -> Result<(), String> {
+    match t.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(bad) => Err(format!("{what}: unknown key `{bad}` (expected {})", allowed.join(", "))),
+        None => Ok(()),
+    }
+}
+
+/// A value as a name or table cell: strings bare, everything else as TOML writes it.
+fn label(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A value as a number: integers, floats, and durations ("7.5ms", in ms).
+fn as_number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) if f.is_finite() => Some(*f),
+        toml::Value::String(s) => vassal_core::parse_duration(s).ok().map(|ns| ns as f64 / 1e6),
+        _ => None,
+    }
+}
+
+fn check_name(name: &str, what: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains(['/', '[', ']', '*']) {
+        return Err(format!("{what}: name '{name}' must be non-empty without '/', '[', ']' or '*'"));
+    }
+    Ok(())
+}
+
+/// A named value `{ name, x, set }` of an axis, or a `[[run]]`.
+fn named_value(v: &toml::Value, what: &str) -> Result<AxisValue, String> {
+    let v = v.as_table().ok_or_else(|| format!("{what}: each value is a table {{ name = \"...\", set = {{ ... }} }}"))?;
+    check_keys(v, &["name", "x", "set"], what)?;
+    let name = str_of(v, "name", what)?.to_string();
+    check_name(&name, what)?;
+    let x = match v.get("x") {
+        None => None,
+        Some(toml::Value::Integer(i)) => Some(*i as f64),
+        Some(toml::Value::Float(f)) if f.is_finite() => Some(*f),
+        Some(other) => return Err(format!("{what} '{name}': x must be a finite number, found {other}")),
+    };
+    let set = match v.get("set") {
+        None => Vec::new(),
+        Some(toml::Value::Table(t)) => t.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Some(_) => return Err(format!("{what} '{name}': set must be a table of \"dotted.path\" = value")),
+    };
+    Ok(AxisValue { name, x, set })
+}
+
+fn parse_axis(a: &toml::Value, what: &str) -> Result<Axis, String> {
+    let a = a.as_table().ok_or_else(|| format!("{what}: expected a table"))?;
+    check_keys(a, &["name", "path", "values"], what)?;
+    let path = a.get("path").map(|p| p.as_str().ok_or_else(|| format!("{what}: path must be a string"))).transpose()?;
+    let name = match (a.get("name"), path) {
+        (Some(_), _) => str_of(a, "name", what)?.to_string(),
+        (None, Some(p)) => p.to_string(),
+        (None, None) => return Err(format!("{what} needs name = \"...\" (or path = \"...\")")),
+    };
+    let what = format!("{what} ('{name}')");
+    let vals = a.get("values").and_then(|v| v.as_array()).ok_or_else(|| format!("{what}: needs values = [...]"))?;
+    if vals.is_empty() {
+        return Err(format!("{what}: values is empty"));
+    }
+    let mut values: Vec<AxisValue> = Vec::new();
+    for v in vals {
+        let value = match path {
+            // The shorthand: the value itself, set at `path`; named by its text.
+            Some(p) => {
+                let vname = label(v);
+                check_name(&vname, &format!("{what}: value {v}"))?;
+                AxisValue { name: vname, x: as_number(v), set: vec![(p.to_string(), v.clone())] }
+            }
+            None => named_value(v, &format!("{what}: value"))?,
+        };
+        if values.iter().any(|x| x.name == value.name) {
+            return Err(format!("{what}: duplicate value '{}'", value.name));
+        }
+        values.push(value);
+    }
+    Ok(Axis { name, path: path.map(str::to_string), values })
+}
+
+fn parse_metrics(v: &toml::Value, axes: &[String], file: &str) -> Result<Vec<Metric>, String> {
+    let list = v.as_array().ok_or_else(|| format!("{file}: metrics must be an array"))?;
+    let mut out: Vec<Metric> = Vec::new();
+    for m in list {
+        let (name, text) = match m {
+            toml::Value::String(s) => (s.clone(), s.clone()),
+            toml::Value::Table(t) => {
+                check_keys(t, &["name", "metric"], &format!("{file}: metrics"))?;
+                (str_of(t, "name", &format!("{file}: metrics"))?.to_string(), str_of(t, "metric", &format!("{file}: metrics"))?.to_string())
+            }
+            other => return Err(format!("{file}: metrics: {other} is neither \"EXPRESSION\" nor {{ name, metric }}")),
+        };
+        if out.iter().any(|x| x.name == name) {
+            return Err(format!("{file}: metrics: '{name}' is listed twice"));
+        }
+        let expr = parse(&text, axes).map_err(|e| format!("{file}: metrics '{name}': {e}"))?;
+        out.push(Metric { name, text, expr });
+    }
+    Ok(out)
+}
+
 impl Sweep {
-    /// Reads the sweep parts of an experiment document (`file` names it in errors).
+    /// Reads a sweep document (`file` names it in errors; a `base` path is relative to
+    /// its directory).
     pub fn from_table(file: &str, table: &toml::Table) -> Result<Sweep, String> {
-        let mut base = table.clone();
-        let axes_v = base.remove("axis");
-        let show_v = base.remove("show");
-        let seeds = match base.remove("seeds") {
+        let (base_file, base) = match table.get("base") {
+            None => {
+                let mut base = table.clone();
+                for k in SWEEP_KEYS {
+                    base.remove(k);
+                }
+                (file.to_string(), base)
+            }
+            Some(toml::Value::String(b)) => {
+                if let Some(k) = table.keys().find(|k| !SWEEP_KEYS.contains(&k.as_str())) {
+                    return Err(format!("{file}: unknown key `{k}`: with base = \"...\" the scenario is in the base file (sweep keys: {})", SWEEP_KEYS.join(", ")));
+                }
+                let p = Path::new(file).parent().unwrap_or(Path::new("")).join(b);
+                let text = std::fs::read_to_string(&p).map_err(|e| format!("{file}: base {}: {e}", p.display()))?;
+                let mut base: toml::Table = toml::from_str(&text).map_err(|e| format!("{file}: base {}: {e}", p.display()))?;
+                if is_sweep(&base) || base.contains_key("base") {
+                    return Err(format!("{file}: base {} is itself a sweep", p.display()));
+                }
+                // An experiment file's rows are not part of its scenario.
+                base.remove("expect");
+                (p.display().to_string(), base)
+            }
+            Some(v) => return Err(format!("{file}: base must be a file name, found {v}")),
+        };
+        let seeds = match table.get("seeds") {
             None => Vec::new(),
             Some(toml::Value::Array(a)) if !a.is_empty() => a
                 .iter()
@@ -107,239 +264,607 @@ impl Sweep {
                 .collect::<Result<Vec<_>, _>>()?,
             Some(v) => return Err(format!("{file}: seeds must be a non-empty array of integers, found {v}")),
         };
-        base.remove("expect");
-        let mut axes = Vec::new();
-        let Some(toml::Value::Array(list)) = axes_v else {
-            return Err(format!("{file}: [[axis]] must be an array of tables"));
+        let list = |key: &str| -> Result<Vec<toml::Value>, String> {
+            match table.get(key) {
+                None => Ok(Vec::new()),
+                Some(toml::Value::Array(a)) => Ok(a.clone()),
+                Some(_) => Err(format!("{file}: [[{key}]] must be an array of tables")),
+            }
         };
-        for (k, a) in list.iter().enumerate() {
-            let what = format!("{file}: axis {}", k + 1);
-            let a = a.as_table().ok_or_else(|| format!("{what}: expected a table"))?;
-            if let Some(bad) = a.keys().find(|k| !["name", "values"].contains(&k.as_str())) {
-                return Err(format!("{what}: unknown key `{bad}`, expected `name` or `values`"));
+        let axes = list("axis")?.iter().enumerate().map(|(k, a)| parse_axis(a, &format!("{file}: axis {}", k + 1))).collect::<Result<Vec<_>, _>>()?;
+        let runs = list("run")?.iter().map(|r| named_value(r, &format!("{file}: [[run]]"))).collect::<Result<Vec<_>, _>>()?;
+        if axes.is_empty() && runs.is_empty() {
+            return Err(format!("{file}: a sweep needs [[axis]] or [[run]] tables"));
+        }
+        let mut seen = BTreeSet::new();
+        for a in &axes {
+            if !seen.insert(a.name.as_str()) {
+                return Err(format!("{file}: axis '{}' is listed twice", a.name));
             }
-            let name = str_of(a, "name", &what)?.to_string();
-            let vals = a.get("values").and_then(|v| v.as_array()).ok_or_else(|| format!("{what} ('{name}'): needs values = [...]"))?;
-            if vals.is_empty() {
-                return Err(format!("{what} ('{name}'): values is empty"));
-            }
-            let mut values = Vec::new();
-            for v in vals {
-                let v = v.as_table().ok_or_else(|| format!("{what} ('{name}'): each value is a table {{ name = \"...\", set = {{ ... }} }}"))?;
-                if let Some(bad) = v.keys().find(|k| !["name", "set"].contains(&k.as_str())) {
-                    return Err(format!("{what} ('{name}'): unknown key `{bad}` in a value, expected `name` or `set`"));
-                }
-                let vname = str_of(v, "name", &format!("{what} ('{name}'): a value"))?.to_string();
-                if vname.is_empty() || vname.contains(['/', '[', ']']) {
-                    return Err(format!("{what} ('{name}'): value name '{vname}' must be non-empty without '/', '[' or ']'"));
-                }
-                if values.iter().any(|x: &AxisValue| x.name == vname) {
-                    return Err(format!("{what} ('{name}'): duplicate value '{vname}'"));
-                }
-                let set = match v.get("set") {
-                    None => Vec::new(),
-                    Some(toml::Value::Table(t)) => t.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    Some(_) => return Err(format!("{what} ('{name}'): value '{vname}': set must be a table of \"dotted.path\" = value")),
+        }
+        let axis_names: Vec<String> = axes.iter().map(|a| a.name.clone()).collect();
+        let metrics = match table.get("metrics") {
+            None => Vec::new(),
+            Some(v) => parse_metrics(v, &axis_names, file)?,
+        };
+        let plot = match table.get("plot") {
+            None => (0, 0),
+            Some(toml::Value::Table(p)) => {
+                check_keys(p, &["x", "y"], &format!("{file}: [plot]"))?;
+                let name = |k: &str| p.get(k).map(|v| v.as_str().ok_or_else(|| format!("{file}: plot.{k} must be a name, found {v}"))).transpose();
+                let x = match name("x")? {
+                    None => 0,
+                    Some(x) => axes.iter().position(|a| a.name == x).ok_or_else(|| format!("{file}: plot.x '{x}' is not an axis ({})", axis_names.join(", ")))?,
                 };
-                values.push(AxisValue { name: vname, set });
+                let y = match name("y")? {
+                    None => 0,
+                    Some(y) => metrics.iter().position(|m| m.name == y).ok_or_else(|| format!("{file}: plot.y '{y}' is not one of the metrics"))?,
+                };
+                (x, y)
             }
-            axes.push(Axis { name, values });
+            Some(_) => return Err(format!("{file}: [plot] must be a table")),
+        };
+        let grid_size = axes.iter().try_fold(if axes.is_empty() { 0usize } else { 1 }, |n, a| n.checked_mul(a.values.len()));
+        let total = grid_size.and_then(|g| (g + runs.len()).checked_mul(seeds.len().max(1)));
+        if total.is_none_or(|t| t > 100_000) {
+            return Err(format!("{file}: the sweep has more than 100000 runs"));
         }
-        let mut show = Vec::new();
-        if let Some(v) = show_v {
-            let list = v.as_array().ok_or_else(|| format!("{file}: [[show]] must be an array of tables"))?;
-            for s in list {
-                let s = s.as_table().ok_or_else(|| format!("{file}: [[show]]: expected a table"))?;
-                show.push(Show {
-                    name: str_of(s, "name", &format!("{file}: [[show]]"))?.to_string(),
-                    metric: str_of(s, "metric", &format!("{file}: [[show]]"))?.to_string(),
-                });
+        // The variants: the grid (first axis slowest), then the runs.
+        let mut grid: Vec<Vec<usize>> = if axes.is_empty() { Vec::new() } else { vec![Vec::new()] };
+        for a in &axes {
+            grid = grid.into_iter().flat_map(|p| (0..a.values.len()).map(move |k| [p.clone(), vec![k]].concat())).collect();
+        }
+        let mut variants: Vec<Variant> = grid
+            .into_iter()
+            .map(|v| Variant { name: v.iter().zip(&axes).map(|(&k, a)| a.values[k].name.as_str()).collect::<Vec<_>>().join("/"), values: Some(v) })
+            .collect();
+        for r in &runs {
+            if variants.iter().any(|v| v.name == r.name) {
+                return Err(format!("{file}: [[run]] '{}' has the name of another variant", r.name));
             }
+            variants.push(Variant { name: r.name.clone(), values: None });
         }
-        let sweep = Sweep { file: file.to_string(), base, axes, show, seeds };
-        // Every variant must build (so a bad override is found before anything runs).
-        for v in sweep.variants() {
-            sweep.document(&v)?;
+        let file_name = Path::new(file).file_stem().map_or("sweep".into(), |s| s.to_string_lossy().to_string());
+        let sweep = Sweep { file: file.to_string(), name: file_name, base_file, base, axes, runs, seeds, metrics, plot, variants };
+        // Every variant must build (so a bad setting is found before anything runs), and
+        // every metric name the variants it reads.
+        for k in 0..sweep.variants.len() {
+            sweep.document(k)?;
+        }
+        for m in &sweep.metrics {
+            sweep.check(&m.expr, true).map_err(|e| format!("{file}: metrics '{}': {e}", m.name))?;
         }
         Ok(sweep)
     }
 
-    /// Every variant: one value index per axis, the first axis slowest.
-    pub fn variants(&self) -> Vec<Vec<usize>> {
-        let mut out = vec![Vec::new()];
-        for a in &self.axes {
-            out = out.into_iter().flat_map(|p| (0..a.values.len()).map(move |k| [p.clone(), vec![k]].concat())).collect();
+    /// Loads a sweep file.
+    pub fn load(path: &Path) -> Result<Sweep, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !is_sweep(&table) {
+            return Err(format!("{}: not a sweep (no [[axis]] or [[run]])", path.display()));
         }
-        out
+        Sweep::from_table(&path.display().to_string(), &table)
     }
 
-    pub fn variant_name(&self, v: &[usize]) -> String {
-        v.iter().zip(&self.axes).map(|(&k, a)| a.values[k].name.as_str()).collect::<Vec<_>>().join("/")
+    /// The settings of variant `k`, each with what it comes from (for errors).
+    fn settings(&self, k: usize) -> Vec<(String, &AxisValue)> {
+        match &self.variants[k].values {
+            Some(v) => v.iter().zip(&self.axes).map(|(&i, a)| (format!("axis '{}' value '{}'", a.name, a.values[i].name), &a.values[i])).collect(),
+            None => {
+                let r = &self.runs[k - (self.variants.len() - self.runs.len())];
+                vec![(format!("run '{}'", r.name), r)]
+            }
+        }
     }
 
-    /// The scenario document of a variant.
-    pub fn document(&self, v: &[usize]) -> Result<toml::Table, String> {
+    /// The scenario document of variant `k`.
+    pub fn document(&self, k: usize) -> Result<toml::Table, String> {
         let mut doc = self.base.clone();
-        for (&k, a) in v.iter().zip(&self.axes) {
-            let val = &a.values[k];
+        for (what, val) in self.settings(k) {
             for (path, value) in &val.set {
-                set_path(&mut doc, path, value.clone())
-                    .map_err(|e| format!("{}: axis '{}' value '{}': set \"{path}\": {e}", self.file, a.name, val.name))?;
+                set_path(&mut doc, path, value).map_err(|e| format!("{}: {what}: set \"{path}\": {e}", self.file))?;
             }
         }
         Ok(doc)
     }
 
+    fn variant_index(&self, name: &str) -> Result<usize, String> {
+        self.variants.iter().position(|v| v.name == name).ok_or_else(|| {
+            format!("no variant '{name}' (variants: {})", self.variants.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "))
+        })
+    }
+
     /// The scenario text of the variant named `name` (e.g. "v7/18").
     pub fn variant_text(&self, name: &str) -> Result<String, String> {
-        let v = self.variants().into_iter().find(|v| self.variant_name(v) == name).ok_or_else(|| {
-            format!("{}: no variant '{name}' (variants: {})", self.file, self.variants().iter().map(|v| self.variant_name(v)).collect::<Vec<_>>().join(", "))
-        })?;
-        let mut doc = self.document(&v)?;
+        let k = self.variant_index(name).map_err(|e| format!("{}: {e}", self.file))?;
+        let mut doc = self.document(k)?;
         doc.insert("name".into(), toml::Value::String(format!("{}-{}", doc.get("name").and_then(|n| n.as_str()).unwrap_or("sweep"), name.replace('/', "-"))));
         toml::to_string(&doc).map_err(|e| format!("{}: variant {name}: {e}", self.file))
     }
 
-    /// Runs every variant (once per seed); the reports by variant name.
-    pub fn run(&self) -> Result<Runs, String> {
-        let mut out = BTreeMap::new();
-        for v in self.variants() {
-            let name = self.variant_name(&v);
-            let doc = self.document(&v)?;
-            let text = toml::to_string(&doc).map_err(|e| format!("{}: variant {name}: {e}", self.file))?;
-            let label = format!("{} [variant {name}]", self.file);
-            let sc = parse_scenario(&text, &label).map_err(|e| e.to_string())?;
-            let seeds = if self.seeds.is_empty() { vec![sc.seed] } else { self.seeds.clone() };
-            let mut reports = Vec::with_capacity(seeds.len());
-            for seed in seeds {
-                let sc = crate::model::Scenario { seed, ..sc.clone() };
-                reports.push(crate::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))?);
-            }
-            out.insert(name, reports);
-        }
-        Ok(out)
+    /// Every run: (variant, seed or None for the scenario's own), variant-major.
+    pub fn grid(&self) -> Vec<(usize, Option<u64>)> {
+        let seeds: Vec<Option<u64>> = if self.seeds.is_empty() { vec![None] } else { self.seeds.iter().map(|&s| Some(s)).collect() };
+        (0..self.variants.len()).flat_map(|v| seeds.iter().map(move |&s| (v, s))).collect()
     }
 
-    /// Evaluates an expression whose metrics all name a variant (`METRIC[VARIANT]`),
-    /// each the mean over that variant's runs.
-    pub fn eval(&self, expr: &str, runs: &Runs) -> Result<f64, String> {
-        eval(expr, &|m: &str, v: Option<&str>| {
-            let v = v.ok_or_else(|| format!("metric '{m}' needs a variant: {m}[VARIANT]"))?;
-            let r = runs.get(v).ok_or_else(|| {
-                format!("no variant '{v}' (variants: {})", runs.keys().cloned().collect::<Vec<_>>().join(", "))
-            })?;
-            mean_metric(r, m)
+    fn run_one(&self, k: usize, seed: Option<u64>) -> Result<Report, String> {
+        let name = &self.variants[k].name;
+        let text = toml::to_string(&self.document(k)?).map_err(|e| format!("{}: variant {name}: {e}", self.file))?;
+        let label = format!("{} [variant {name}]", self.file);
+        let mut sc = parse_scenario(&text, &label).map_err(|e| e.to_string())?;
+        if let Some(s) = seed {
+            sc.seed = s;
+        }
+        let seed = sc.seed;
+        crate::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
+    }
+
+    /// Runs every variant once per seed on `jobs` threads (at least 1); `progress(done,
+    /// total)` is called after each run. The reports come back in variant and seed order
+    /// whatever the threads did; on errors, the first in that order is returned.
+    pub fn run(&self, jobs: usize, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Runs, String> {
+        let grid = self.grid();
+        let total = grid.len();
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<Result<Report, String>>>> = Mutex::new((0..total).map(|_| None).collect());
+        std::thread::scope(|s| {
+            for _ in 0..jobs.clamp(1, total.max(1)) {
+                s.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= total {
+                        break;
+                    }
+                    let (v, seed) = grid[k];
+                    let r = self.run_one(v, seed);
+                    let failed = r.is_err();
+                    results.lock().unwrap_or_else(|e| e.into_inner())[k] = Some(r);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                    if failed {
+                        // Hand out no more work. Every run before this one was handed out
+                        // already, so the first error in grid order is among the results.
+                        next.store(total, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        let mut runs: Runs = vec![Vec::new(); self.variants.len()];
+        for (r, (v, _)) in results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().zip(grid) {
+            match r {
+                Some(Ok(report)) => runs[v].push(report),
+                Some(Err(e)) => return Err(e),
+                None => {} // not run after an error, which comes first in grid order
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Checks that every `METRIC[VARIANT]` of `e` names a variant (with `*` in place of
+    /// a crossing's axis), and, unless `bare_ok`, that every metric names one.
+    pub fn check(&self, e: &Expr, bare_ok: bool) -> Result<(), String> {
+        self.check_in(e, bare_ok, None)
+    }
+
+    fn check_in(&self, e: &Expr, bare_ok: bool, star: Option<usize>) -> Result<(), String> {
+        match e {
+            Expr::Num(_) => Ok(()),
+            Expr::Metric { path, variant: None } => {
+                if bare_ok {
+                    Ok(())
+                } else {
+                    Err(format!("metric '{path}' needs a variant: {path}[VARIANT]"))
+                }
+            }
+            Expr::Metric { variant: Some(v), .. } => match star.filter(|_| v.contains('*')) {
+                Some(axis) => {
+                    for value in &self.axes[axis].values {
+                        self.variant_index(&self.substitute(v, axis, &value.name)?)?;
+                    }
+                    Ok(())
+                }
+                None if v.contains('*') => Err(format!("'{v}': '*' only in the series of crossing(...)")),
+                None => self.variant_index(v).map(|_| ()),
+            },
+            Expr::Neg(a) => self.check_in(a, bare_ok, star),
+            Expr::Bin(_, a, b) => self.check_in(a, bare_ok, star).and(self.check_in(b, bare_ok, star)),
+            Expr::Crossing { axis, series, reference } => {
+                if let Some(bad) = self.axes[*axis].values.iter().find(|v| v.x.is_none()) {
+                    return Err(format!("crossing: value '{}' of axis '{}' has no x", bad.name, self.axes[*axis].name));
+                }
+                if !has_star(series) {
+                    return Err("crossing: the series names no variant with '*' (e.g. METRIC[low/*])".into());
+                }
+                self.check_in(series, bare_ok, Some(*axis))?;
+                self.check_in(reference, bare_ok, None)
+            }
+        }
+    }
+
+    /// `pattern` (a variant name with `*` for axis `axis`) with `value` in its place.
+    fn substitute(&self, pattern: &str, axis: usize, value: &str) -> Result<String, String> {
+        let mut segs: Vec<&str> = pattern.split('/').collect();
+        if segs.len() != self.axes.len() || segs[axis] != "*" || segs.iter().filter(|s| s.contains('*')).count() != 1 {
+            return Err(format!("'{pattern}' must name one value per axis with '*' (only) for axis '{}'", self.axes[axis].name));
+        }
+        segs[axis] = value;
+        Ok(segs.join("/"))
+    }
+
+    /// Evaluates `e` over `runs`: `METRIC[VARIANT]` is the mean over VARIANT's runs, a
+    /// bare METRIC `bare(metric)`.
+    pub fn eval(&self, e: &Expr, runs: &Runs, bare: &dyn Fn(&str) -> Result<f64, String>) -> Result<f64, String> {
+        self.eval_in(e, runs, bare, None)
+    }
+
+    fn eval_in(&self, e: &Expr, runs: &Runs, bare: &dyn Fn(&str) -> Result<f64, String>, star: Option<(usize, &str)>) -> Result<f64, String> {
+        Ok(match e {
+            Expr::Num(n) => *n,
+            Expr::Metric { path, variant: None } => bare(path)?,
+            Expr::Metric { path, variant: Some(v) } => {
+                let name = match star.filter(|_| v.contains('*')) {
+                    Some((axis, value)) => self.substitute(v, axis, value)?,
+                    None => v.clone(),
+                };
+                mean_metric(&runs[self.variant_index(&name)?], path)?
+            }
+            Expr::Neg(a) => -self.eval_in(a, runs, bare, star)?,
+            Expr::Bin(op, a, b) => {
+                let (a, b) = (self.eval_in(a, runs, bare, star)?, self.eval_in(b, runs, bare, star)?);
+                match op {
+                    b'+' => a + b,
+                    b'-' => a - b,
+                    b'*' => a * b,
+                    _ => a / b,
+                }
+            }
+            Expr::Crossing { axis, series, reference } => {
+                let limit = self.eval_in(reference, runs, bare, None)?;
+                let mut points: Vec<(f64, f64)> = Vec::new();
+                for v in &self.axes[*axis].values {
+                    let x = v.x.ok_or_else(|| format!("crossing: value '{}' of axis '{}' has no x", v.name, self.axes[*axis].name))?;
+                    points.push((x, self.eval_in(series, runs, bare, Some((*axis, &v.name)))?));
+                }
+                crossing(points, limit)
+            }
         })
     }
 
-    /// The tables of `[[show]]`: for a two-axis sweep, one row per value of the first
-    /// axis and one column per value of the second; otherwise one line per variant.
-    pub fn tables(&self, reports: &Runs) -> Result<String, String> {
-        use std::fmt::Write as _;
-        let mut o = String::new();
-        for s in &self.show {
-            let _ = writeln!(o, "{} ({})", s.name, s.metric);
-            let value = |v: &[usize]| -> Result<String, String> {
-                let name = self.variant_name(v);
-                let r = reports.get(&name).ok_or_else(|| format!("no report for variant {name}"))?;
-                eval(&s.metric, &|m: &str, var: Option<&str>| match var {
-                    None => mean_metric(r, m),
-                    Some(x) => mean_metric(reports.get(x).ok_or_else(|| format!("no variant '{x}'"))?, m),
-                })
-                .map(|x| format!("{x:.4}"))
-            };
-            if self.axes.len() == 2 {
-                let (a, b) = (&self.axes[0], &self.axes[1]);
-                let _ = write!(o, "  {:<14}", format!("{}\\{}", a.name, b.name));
-                for bv in &b.values {
-                    let _ = write!(o, " {:>10}", bv.name);
-                }
-                let _ = writeln!(o);
-                for i in 0..a.values.len() {
-                    let _ = write!(o, "  {:<14}", a.values[i].name);
-                    for j in 0..b.values.len() {
-                        let _ = write!(o, " {:>10}", value(&[i, j])?);
-                    }
-                    let _ = writeln!(o);
-                }
-            } else {
-                for v in self.variants() {
-                    let _ = writeln!(o, "  {:<24} {}", self.variant_name(&v), value(&v)?);
+    /// A metric's value for variant `v`: each metric the mean over the variant's seeds.
+    pub fn variant_value(&self, m: &Metric, runs: &Runs, v: usize) -> Result<f64, String> {
+        self.eval(&m.expr, runs, &|p| mean_metric(&runs[v], p))
+            .map_err(|e| format!("{}: metrics '{}' for variant {}: {e}", self.file, m.name, self.variants[v].name))
+    }
+
+    /// A metric's value for one run (variant `v`, seed number `s`).
+    pub fn run_value(&self, m: &Metric, runs: &Runs, v: usize, s: usize) -> Result<f64, String> {
+        self.eval(&m.expr, runs, &|p| crate::repro::metric(&runs[v][s], p))
+            .map_err(|e| format!("{}: metrics '{}' for variant {}: {e}", self.file, m.name, self.variants[v].name))
+    }
+
+    /// The value names of variant `v` on every axis ("" for a `[[run]]`).
+    pub fn value_names(&self, v: usize) -> Vec<&str> {
+        match &self.variants[v].values {
+            Some(ix) => ix.iter().zip(&self.axes).map(|(&i, a)| a.values[i].name.as_str()).collect(),
+            None => vec![""; self.axes.len()],
+        }
+    }
+
+    /// The curves of the grid along the plot's x axis: for each combination of the
+    /// other axes' values (in grid order), its label ("v7", "dbs, low") and its variants
+    /// in x-axis value order.
+    pub fn curves(&self) -> Vec<(String, Vec<usize>)> {
+        let xa = self.plot.0;
+        let mut out: Vec<(Vec<usize>, String, Vec<usize>)> = Vec::new();
+        for (k, v) in self.variants.iter().enumerate() {
+            let Some(ix) = &v.values else { continue };
+            let key: Vec<usize> = ix.iter().enumerate().filter(|(a, _)| *a != xa).map(|(_, &i)| i).collect();
+            match out.iter_mut().find(|c| c.0 == key) {
+                Some(c) => c.2.push(k),
+                None => {
+                    // A named value speaks for itself; a bare one ("4") needs its axis.
+                    let label = ix
+                        .iter()
+                        .enumerate()
+                        .filter(|(a, _)| *a != xa)
+                        .map(|(a, &i)| match &self.axes[a].path {
+                            Some(_) => format!("{} = {}", self.axes[a].name, self.axes[a].values[i].name),
+                            None => self.axes[a].values[i].name.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    out.push((key, label, vec![k]));
                 }
             }
-            let _ = writeln!(o);
+        }
+        out.into_iter().map(|(_, l, v)| (l, v)).collect()
+    }
+
+    /// The tables `vassal sweep` prints, one per metric (each value the mean over the
+    /// seeds): a line per curve (see [`Sweep::curves`]), a column per value of the plot's
+    /// x axis; then a line per `[[run]]`.
+    pub fn table(&self, runs: &Runs) -> Result<String, String> {
+        use std::fmt::Write as _;
+        let mut o = String::new();
+        let curves = self.curves();
+        let xa = self.axes.get(self.plot.0);
+        let labels = curves.iter().map(|c| c.0.as_str()).chain(self.runs.iter().map(|r| r.name.as_str())).chain(xa.map(|a| a.name.as_str()));
+        let first = labels.map(|l| l.chars().count()).max().unwrap_or(0);
+        for m in &self.metrics {
+            let mut about: Vec<String> = Vec::new();
+            if m.text != m.name {
+                about.push(m.text.clone());
+            }
+            if self.seeds.len() > 1 {
+                about.push(format!("mean of {} seeds", self.seeds.len()));
+            }
+            let about = if about.is_empty() { String::new() } else { format!(" ({})", about.join(", ")) };
+            let _ = writeln!(o, "{}{about}", m.name);
+            if let Some(xa) = xa {
+                let cells: Vec<String> = xa.values.iter().map(|v| format!("{:>10}", v.name)).collect();
+                let _ = writeln!(o, "  {:<first$} {}", xa.name, cells.join(" "));
+            }
+            for (label, vs) in &curves {
+                let cells = vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x)))).collect::<Result<Vec<_>, _>>()?;
+                let _ = writeln!(o, "  {label:<first$} {}", cells.join(" "));
+            }
+            for k in self.variants.len() - self.runs.len()..self.variants.len() {
+                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, crate::html::num(self.variant_value(m, runs, k)?));
+            }
+            o.push('\n');
         }
         Ok(o)
     }
-}
 
-/// Loads a sweep experiment file.
-pub fn load(path: &Path) -> Result<Sweep, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !is_sweep(&table) {
-        return Err(format!("{}: not a sweep (no [[axis]])", path.display()));
+    /// The plot (a standalone SVG): the plot's metric (each point the mean over the seeds)
+    /// against its x axis, a line per curve (see [`Sweep::curves`]) and a dashed level
+    /// line per `[[run]]`. The x axis is the values' `x` where every value has one, else
+    /// the values evenly spaced and labelled by name. None when there is no axis or no
+    /// metric.
+    pub fn svg(&self, runs: &Runs) -> Result<Option<String>, String> {
+        let (Some(axis), Some(m)) = (self.axes.get(self.plot.0), self.metrics.get(self.plot.1)) else { return Ok(None) };
+        let numeric: Option<Vec<f64>> = axis.values.iter().map(|v| v.x).collect();
+        let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..axis.values.len()).map(|i| i as f64).collect());
+        let position = |v: usize| self.variants[v].values.as_ref().map_or(0, |ix| ix[self.plot.0]);
+        let mut series = Vec::new();
+        for (k, (label, vs)) in self.curves().iter().enumerate() {
+            let mut points = Vec::new();
+            for &v in vs {
+                let y = self.variant_value(m, runs, v)?;
+                if y.is_finite() {
+                    points.push((xs[position(v)], y));
+                }
+            }
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let name = if label.is_empty() { m.name.clone() } else { label.clone() };
+            series.push(svg::Series { name, points, step_to: None, colour: svg::colour(k), dashed: false, markers: true });
+        }
+        let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let first_run = self.variants.len() - self.runs.len();
+        for (k, r) in self.runs.iter().enumerate() {
+            let y = self.variant_value(m, runs, first_run + k)?;
+            if y.is_finite() {
+                let colour = svg::colour(series.len());
+                series.push(svg::Series { name: r.name.clone(), points: vec![(lo, y), (hi, y)], step_to: None, colour, dashed: true, markers: false });
+            }
+        }
+        let pad = if hi > lo { (hi - lo) * 0.03 } else { 1.0 };
+        let ticks: Option<Vec<(f64, String)>> = match numeric {
+            Some(_) => None,
+            None => Some(xs.iter().cloned().zip(axis.values.iter().map(|v| v.name.clone())).collect()),
+        };
+        let seeds = if self.seeds.len() > 1 { format!(", mean of {} seeds", self.seeds.len()) } else { String::new() };
+        Ok(Some(svg::standalone(&svg::line_plot_ticks(
+            &format!("{}: {} against {}{seeds}", self.name, m.name, axis.name),
+            &axis.name,
+            &m.name,
+            (lo - pad, hi + pad),
+            &series,
+            ticks.as_deref(),
+        ))))
     }
-    Sweep::from_table(&path.display().to_string(), &table)
+
+    /// The runs as CSV (RFC 4180 quoting): variant, its value on each axis, seed, then
+    /// each metric of that run.
+    pub fn csv(&self, runs: &Runs) -> Result<String, String> {
+        fn cell(s: &str) -> String {
+            if s.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        }
+        let mut head = vec!["variant".to_string()];
+        head.extend(self.axes.iter().map(|a| a.name.clone()));
+        head.push("seed".into());
+        head.extend(self.metrics.iter().map(|m| m.name.clone()));
+        let mut o = head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(",") + "\n";
+        for v in 0..self.variants.len() {
+            for (s, run) in runs[v].iter().enumerate() {
+                let mut row = vec![cell(&self.variants[v].name)];
+                row.extend(self.value_names(v).iter().map(|n| cell(n)));
+                row.push(run.seed.to_string());
+                for m in &self.metrics {
+                    row.push(format!("{}", self.run_value(m, runs, v, s)?));
+                }
+                o += &(row.join(",") + "\n");
+            }
+        }
+        Ok(o)
+    }
+
+    /// The runs as JSON: `{sweep, base, axes, metrics, rows: [{variant, values: {axis:
+    /// value}, seed, metrics: {name: number}}]}` (NaN as null).
+    pub fn json(&self, runs: &Runs) -> Result<serde_json::Value, String> {
+        let mut rows = Vec::new();
+        for v in 0..self.variants.len() {
+            let values: serde_json::Map<String, serde_json::Value> =
+                self.axes.iter().zip(self.value_names(v)).filter(|(_, n)| !n.is_empty()).map(|(a, n)| (a.name.clone(), n.into())).collect();
+            for (s, run) in runs[v].iter().enumerate() {
+                let mut metrics = serde_json::Map::new();
+                for m in &self.metrics {
+                    metrics.insert(m.name.clone(), serde_json::json!(self.run_value(m, runs, v, s)?));
+                }
+                rows.push(serde_json::json!({ "variant": self.variants[v].name, "values": values, "seed": run.seed, "metrics": metrics }));
+            }
+        }
+        Ok(serde_json::json!({
+            "sweep": self.name,
+            "base": self.base_file,
+            "axes": self.axes.iter().map(|a| a.name.clone()).collect::<Vec<_>>(),
+            "metrics": self.metrics.iter().map(|m| serde_json::json!({ "name": m.name, "metric": m.text })).collect::<Vec<_>>(),
+            "rows": rows,
+        }))
+    }
 }
 
-/// Sets `path` (dotted; integer steps index arrays) in `doc` to `value`.
-fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
+/// The number of runs at a time when none is asked for: the cores there are.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs a sweep experiment (`table` holds the whole file) on all cores and judges its
+/// `[[expect]]` rows, whose metrics must name their variants. Every row's expression is
+/// checked before anything runs.
+pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Result<Vec<Row>, String> {
+    let file = path.display().to_string();
+    let sweep = Sweep::from_table(&file, table)?;
+    let axes: Vec<String> = sweep.axes.iter().map(|a| a.name.clone()).collect();
+    let exprs = expects
+        .iter()
+        .map(|e| parse(&e.metric, &axes).and_then(|x| sweep.check(&x, false).map(|_| x)).map_err(|m| format!("{file}: expect '{}': {m}", e.id)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let runs = sweep.run(default_jobs(), &|_, _| {})?;
+    expects
+        .iter()
+        .zip(&exprs)
+        .map(|(e, x)| {
+            sweep
+                .eval(x, &runs, &|p| Err(format!("metric '{p}' needs a variant")))
+                .map(|ours| e.judge(ours))
+                .map_err(|m| format!("{file}: expect '{}': metric '{}': {m}", e.id, e.metric))
+        })
+        .collect()
+}
+
+/// True if some `METRIC[VARIANT]` of `e` has `*` in VARIANT.
+fn has_star(e: &Expr) -> bool {
+    match e {
+        Expr::Num(_) | Expr::Crossing { .. } => false,
+        Expr::Metric { variant, .. } => variant.as_ref().is_some_and(|v| v.contains('*')),
+        Expr::Neg(a) => has_star(a),
+        Expr::Bin(_, a, b) => has_star(a) || has_star(b),
+    }
+}
+
+/// Along `points` (x, y), ordered by x, where y first falls below `limit`: the x of the
+/// crossing, linearly interpolated between the two points around it (the first x if it
+/// starts below; NaN if it never falls below).
+fn crossing(mut points: Vec<(f64, f64)>, limit: f64) -> f64 {
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut prev: Option<(f64, f64)> = None;
+    for &(x, y) in &points {
+        if y < limit {
+            return match prev {
+                None => x,
+                Some((x0, y0)) => x0 + (x - x0) * (y0 - limit) / (y0 - y),
+            };
+        }
+        prev = Some((x, y));
+    }
+    f64::NAN
+}
+
+/// Sets `path` in `doc` to `value`. The path is dotted: a step into a table is a key; a
+/// step into an array (of tables: `[[task]]`, `[[scheduler]]`) picks the element whose
+/// `name` is the step, or every element whose name starts with PREFIX for `PREFIX*`,
+/// or else the element at that 0-based index. Every step but the last must exist; the
+/// last is set (a table key is added if absent). The scenario parser then checks the
+/// result like a file.
+pub fn set_path(doc: &mut toml::Table, path: &str, value: &toml::Value) -> Result<(), String> {
     let steps: Vec<&str> = path.split('.').collect();
     if steps.iter().any(|s| s.is_empty()) {
         return Err("empty step in the path".into());
     }
-    let (last, init) = steps.split_last().expect("split gives one step at least");
-    if init.is_empty() {
-        doc.insert(last.to_string(), value);
-        return Ok(());
+    let mut root = toml::Value::Table(std::mem::take(doc));
+    let r = set_in(&mut root, &steps, 0, value);
+    if let toml::Value::Table(t) = root {
+        *doc = t;
     }
-    let mut here: &mut toml::Value = doc.get_mut(steps[0]).ok_or_else(|| format!("no key `{}`", steps[0]))?;
-    for (k, step) in init.iter().enumerate().skip(1) {
-        here = step_into(here, step).ok_or_else(|| format!("no `{}`", steps[..=k].join(".")))?;
-    }
+    r
+}
+
+fn set_in(here: &mut toml::Value, steps: &[&str], k: usize, value: &toml::Value) -> Result<(), String> {
+    let walked = || steps[..k].join(".");
+    let step = steps[k];
+    let last = k + 1 == steps.len();
     match here {
         toml::Value::Table(t) => {
-            t.insert(last.to_string(), value);
-            Ok(())
+            if last {
+                t.insert(step.to_string(), value.clone());
+                return Ok(());
+            }
+            let next = t.get_mut(step).ok_or_else(|| format!("no `{}`", steps[..=k].join(".")))?;
+            set_in(next, steps, k + 1, value)
         }
         toml::Value::Array(a) => {
-            let i: usize = last.parse().map_err(|_| format!("`{}` is an array; `{last}` is not an index", init.join(".")))?;
-            let slot = a.get_mut(i).ok_or_else(|| format!("`{}` has no element {i}", init.join(".")))?;
-            *slot = value;
+            let name_of = |e: &toml::Value| e.get("name").and_then(|n| n.as_str()).map(str::to_string);
+            let picked: Vec<usize> = match step.strip_suffix('*') {
+                Some(prefix) => (0..a.len()).filter(|&i| name_of(&a[i]).is_some_and(|n| n.starts_with(prefix))).collect(),
+                None => match a.iter().position(|e| name_of(e).as_deref() == Some(step)) {
+                    Some(i) => vec![i],
+                    None => step.parse::<usize>().ok().filter(|&i| i < a.len()).into_iter().collect(),
+                },
+            };
+            if picked.is_empty() {
+                return Err(format!("`{}` has no element named {step}", walked()));
+            }
+            for i in picked {
+                if last {
+                    a[i] = value.clone();
+                } else {
+                    set_in(&mut a[i], steps, k + 1, value)?;
+                }
+            }
             Ok(())
         }
-        _ => Err(format!("`{}` is neither a table nor an array", init.join("."))),
+        other => Err(format!("`{}` is {}, neither a table nor an array", walked(), other.type_str())),
     }
 }
 
-fn step_into<'a>(v: &'a mut toml::Value, step: &str) -> Option<&'a mut toml::Value> {
-    match v {
-        toml::Value::Table(t) => t.get_mut(step),
-        toml::Value::Array(a) => a.get_mut(step.parse::<usize>().ok()?),
-        _ => None,
-    }
+/// An expression: numbers, `+ - * /`, unary minus, parentheses, `METRIC` (of the
+/// variant at hand, where there is one) or `METRIC[VARIANT]` (the mean over VARIANT's
+/// runs; METRIC as in [`crate::repro::metric`]), and `crossing(AXIS, SERIES, REFERENCE)`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Num(f64),
+    Metric { path: String, variant: Option<String> },
+    Neg(Box<Expr>),
+    Bin(u8, Box<Expr>, Box<Expr>),
+    /// Along axis `axis` (values ordered by `x`), where SERIES — an expression whose
+    /// variants have `*` in that axis's place — first falls below REFERENCE: the `x` at
+    /// which it crosses, linearly interpolated (the first `x` if it starts below; NaN,
+    /// which fails a row, if it never does).
+    Crossing { axis: usize, series: Box<Expr>, reference: Box<Expr> },
 }
 
-/// Evaluates an expression: numbers, `+ - * /`, parentheses, and metric references
-/// `METRIC` or `METRIC[VARIANT]`, looked up by `lookup(metric, variant)`.
-/// Looks up `METRIC` (second argument None) or `METRIC[VARIANT]`.
-pub type Lookup<'a> = dyn Fn(&str, Option<&str>) -> Result<f64, String> + 'a;
-
-pub fn eval(expr: &str, lookup: &Lookup) -> Result<f64, String> {
-    let mut p = Parser { s: expr.as_bytes(), i: 0, lookup };
-    let v = p.expr()?;
+/// Parses an expression; `axes` are the axis names `crossing` may name.
+pub fn parse(text: &str, axes: &[String]) -> Result<Expr, String> {
+    let mut p = Parser { s: text.as_bytes(), i: 0, axes };
+    let e = p.expr().map_err(|e| format!("expression '{text}': {e}"))?;
     p.ws();
     if p.i != p.s.len() {
-        return Err(format!("expression '{expr}': unexpected '{}' at column {}", &expr[p.i..], p.i + 1));
+        return Err(format!("expression '{text}': unexpected '{}' at column {}", &text[p.i..], p.i + 1));
     }
-    Ok(v)
+    Ok(e)
 }
 
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
-    lookup: &'a Lookup<'a>,
+    axes: &'a [String],
 }
 
 impl Parser<'_> {
@@ -352,65 +877,88 @@ impl Parser<'_> {
         self.ws();
         self.s.get(self.i).copied()
     }
-    fn expr(&mut self) -> Result<f64, String> {
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.peek() != Some(c) {
+            return Err(format!("expected '{}' at column {}", c as char, self.i + 1));
+        }
+        self.i += 1;
+        Ok(())
+    }
+    fn expr(&mut self) -> Result<Expr, String> {
         let mut v = self.term()?;
         while let Some(op @ (b'+' | b'-')) = self.peek() {
             self.i += 1;
-            let r = self.term()?;
-            v = if op == b'+' { v + r } else { v - r };
+            v = Expr::Bin(op, Box::new(v), Box::new(self.term()?));
         }
         Ok(v)
     }
-    fn term(&mut self) -> Result<f64, String> {
+    fn term(&mut self) -> Result<Expr, String> {
         let mut v = self.factor()?;
         while let Some(op @ (b'*' | b'/')) = self.peek() {
             self.i += 1;
-            let r = self.factor()?;
-            v = if op == b'*' { v * r } else { v / r };
+            v = Expr::Bin(op, Box::new(v), Box::new(self.factor()?));
         }
         Ok(v)
     }
-    fn factor(&mut self) -> Result<f64, String> {
+    fn word(&mut self) -> String {
+        let start = self.i;
+        while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || b"_.".contains(&self.s[self.i])) {
+            self.i += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
+    }
+    fn factor(&mut self) -> Result<Expr, String> {
         match self.peek() {
             Some(b'(') => {
                 self.i += 1;
                 let v = self.expr()?;
-                if self.peek() != Some(b')') {
-                    return Err(format!("missing ')' at column {}", self.i + 1));
-                }
-                self.i += 1;
+                self.expect(b')')?;
                 Ok(v)
             }
             Some(b'-') => {
                 self.i += 1;
-                Ok(-self.factor()?)
+                Ok(Expr::Neg(Box::new(self.factor()?)))
             }
             Some(c) if c.is_ascii_digit() => {
                 let start = self.i;
                 while self.i < self.s.len() && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.') {
                     self.i += 1;
                 }
-                let t = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-                t.parse::<f64>().map_err(|_| format!("bad number '{t}'"))
+                let t = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
+                t.parse::<f64>().map(Expr::Num).map_err(|_| format!("bad number '{t}'"))
             }
             Some(c) if c.is_ascii_alphabetic() => {
-                let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || b"_.".contains(&self.s[self.i])) {
+                let at = self.i + 1;
+                let path = self.word();
+                if path == "crossing" && self.peek() == Some(b'(') {
                     self.i += 1;
+                    self.ws();
+                    let name = self.word();
+                    let axis = self.axes.iter().position(|a| *a == name).ok_or_else(|| {
+                        format!("crossing: no axis '{name}' (axes: {})", self.axes.join(", "))
+                    })?;
+                    self.expect(b',')?;
+                    let series = self.expr()?;
+                    self.expect(b',')?;
+                    let reference = self.expr()?;
+                    self.expect(b')')?;
+                    return Ok(Expr::Crossing { axis, series: Box::new(series), reference: Box::new(reference) });
                 }
-                let metric = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("").to_string();
+                if path.ends_with('.') {
+                    return Err(format!("metric '{path}' at column {at} ends with '.'"));
+                }
                 let variant = if self.s.get(self.i) == Some(&b'[') {
-                    let close = self.s[self.i..].iter().position(|&c| c == b']').ok_or("missing ']'")?;
-                    let v = std::str::from_utf8(&self.s[self.i + 1..self.i + close]).unwrap_or("").to_string();
+                    let close = self.s[self.i..].iter().position(|&c| c == b']').ok_or(format!("missing ']' after column {}", self.i + 1))?;
+                    let v = String::from_utf8_lossy(&self.s[self.i + 1..self.i + close]).trim().to_string();
                     self.i += close + 1;
                     Some(v)
                 } else {
                     None
                 };
-                (self.lookup)(&metric, variant.as_deref())
+                Ok(Expr::Metric { path, variant })
             }
             Some(c) => Err(format!("unexpected '{}' at column {}", c as char, self.i + 1)),
-            None => Err("unexpected end of expression".into()),
+            None => Err("unexpected end".into()),
         }
     }
 }
@@ -419,51 +967,89 @@ impl Parser<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn expressions_follow_precedence_and_look_up_variants() {
-        let look = |m: &str, v: Option<&str>| -> Result<f64, String> {
-            match (m, v) {
-                ("a.b", Some("x/1")) => Ok(6.0),
-                ("a.b", Some("y/1")) => Ok(4.0),
-                ("c", None) => Ok(2.0),
-                _ => Err(format!("no {m} {v:?}")),
-            }
-        };
-        assert_eq!(eval("a.b[x/1] / a.b[y/1]", &look).unwrap(), 1.5);
-        assert_eq!(eval("1 + 2 * 3", &look).unwrap(), 7.0);
-        assert_eq!(eval("(1 + 2) * 3 - c", &look).unwrap(), 7.0);
-        assert_eq!(eval("36 * 60 / a.b[x/1]", &look).unwrap(), 360.0);
-        assert_eq!(eval("-c + 1", &look).unwrap(), -1.0);
-        assert!(eval("a.b[z/1]", &look).is_err());
-        assert!(eval("1 +", &look).is_err());
-        assert!(eval("(1", &look).is_err());
-        assert!(eval("1 2", &look).is_err());
+    fn value(doc: &str, expr: &str) -> Result<(), String> {
+        let s = Sweep::from_table("t.toml", &toml::from_str(doc).unwrap())?;
+        let e = parse(expr, &s.axes.iter().map(|a| a.name.clone()).collect::<Vec<_>>())?;
+        s.check(&e, false)
     }
 
     #[test]
-    fn set_path_walks_tables_and_arrays() {
-        let mut doc: toml::Table = toml::from_str("[[task]]\nname = \"a\"\n[[task]]\nname = \"b\"\nphases = [1, 2]\n[m]\nx = 1\n").unwrap();
-        set_path(&mut doc, "task.1.count", toml::Value::Integer(3)).unwrap();
-        set_path(&mut doc, "task.1.phases.0", toml::Value::Integer(9)).unwrap();
-        set_path(&mut doc, "m.x", toml::Value::Integer(2)).unwrap();
-        let t = &doc["task"].as_array().unwrap()[1];
-        assert_eq!(t["count"].as_integer(), Some(3));
-        assert_eq!(t["phases"].as_array().unwrap()[0].as_integer(), Some(9));
-        assert_eq!(doc["m"]["x"].as_integer(), Some(2));
-        assert!(set_path(&mut doc, "task.5.count", toml::Value::Integer(1)).is_err());
-        assert!(set_path(&mut doc, "nope.x", toml::Value::Integer(1)).is_err());
-        assert!(set_path(&mut doc, "task.1.phases.x", toml::Value::Integer(1)).is_err());
+    fn expressions_parse_with_precedence() {
+        let ax = ["load".to_string()];
+        let m = |p: &str, v: &str| Box::new(Expr::Metric { path: p.into(), variant: Some(v.into()) });
+        assert_eq!(parse("a.b[x/1] / a.b[y/1]", &ax).unwrap(), Expr::Bin(b'/', m("a.b", "x/1"), m("a.b", "y/1")));
+        let n = |v: f64| Box::new(Expr::Num(v));
+        assert_eq!(parse("1 + 2 * 3", &ax).unwrap(), Expr::Bin(b'+', n(1.0), Box::new(Expr::Bin(b'*', n(2.0), n(3.0)))));
+        assert_eq!(parse("(1 + 2) * 3", &ax).unwrap(), Expr::Bin(b'*', Box::new(Expr::Bin(b'+', n(1.0), n(2.0))), n(3.0)));
+        assert_eq!(parse("-c", &ax).unwrap(), Expr::Neg(Box::new(Expr::Metric { path: "c".into(), variant: None })));
+        assert_eq!(
+            parse("crossing(load, m[*], m[r])", &ax).unwrap(),
+            Expr::Crossing { axis: 0, series: m("m", "*"), reference: m("m", "r") }
+        );
+        for bad in ["1 +", "(1", "1 2", "a.b[x", "a.", "crossing(nope, a[*], b[r])", "crossing(load, a[*])", "#"] {
+            assert!(parse(bad, &ax).is_err(), "{bad}");
+        }
     }
 
     #[test]
-    fn variants_are_the_cross_product_first_axis_slowest() {
-        let doc: toml::Table = toml::from_str(
-            "until = \"1s\"\n[machine]\ncpus = 1\n[[axis]]\nname = \"p\"\nvalues = [{ name = \"a\", set = { \"machine.cpus\" = 1 } }, { name = \"b\", set = { \"machine.cpus\" = 2 } }]\n[[axis]]\nname = \"q\"\nvalues = [{ name = \"1\" }, { name = \"2\" }, { name = \"3\" }]\n",
+    fn crossing_interpolates_and_is_nan_when_never_below() {
+        assert_eq!(crossing(vec![(2.0, 0.8), (1.0, 0.9), (3.0, 0.7), (4.0, 0.6)], 0.75), 2.5);
+        assert_eq!(crossing(vec![(1.0, 0.5), (2.0, 0.4)], 0.75), 1.0);
+        assert!(crossing(vec![(1.0, 0.9), (2.0, 0.8)], 0.75).is_nan());
+    }
+
+    #[test]
+    fn set_path_walks_tables_arrays_names_and_wildcards() {
+        let mut doc: toml::Table = toml::from_str(
+            "[[task]]\nname = \"a1\"\n[[task]]\nname = \"b\"\nphases = [1, 2]\n[[task]]\nname = \"a2\"\n[m]\nx = 1\n",
         )
         .unwrap();
-        let s = Sweep::from_table("t.toml", &doc).unwrap();
-        let names: Vec<String> = s.variants().iter().map(|v| s.variant_name(v)).collect();
-        assert_eq!(names, ["a/1", "a/2", "a/3", "b/1", "b/2", "b/3"]);
-        assert_eq!(s.document(&[1, 0]).unwrap()["machine"]["cpus"].as_integer(), Some(2));
+        let i = |v: i64| toml::Value::Integer(v);
+        set_path(&mut doc, "task.1.count", &i(3)).unwrap();
+        set_path(&mut doc, "task.b.phases.0", &i(9)).unwrap();
+        set_path(&mut doc, "task.a*.count", &i(5)).unwrap();
+        set_path(&mut doc, "m.x", &i(2)).unwrap();
+        set_path(&mut doc, "until", &i(7)).unwrap();
+        let t = doc["task"].as_array().unwrap();
+        assert_eq!(t[1]["count"].as_integer(), Some(3));
+        assert_eq!(t[1]["phases"].as_array().unwrap()[0].as_integer(), Some(9));
+        assert_eq!((t[0]["count"].as_integer(), t[2]["count"].as_integer()), (Some(5), Some(5)));
+        assert_eq!(doc["m"]["x"].as_integer(), Some(2));
+        assert_eq!(doc["until"].as_integer(), Some(7));
+        assert_eq!(set_path(&mut doc, "task.5.count", &i(1)).unwrap_err(), "`task` has no element named 5");
+        assert_eq!(set_path(&mut doc, "task.z*.count", &i(1)).unwrap_err(), "`task` has no element named z*");
+        assert_eq!(set_path(&mut doc, "nope.x", &i(1)).unwrap_err(), "no `nope`");
+        assert_eq!(set_path(&mut doc, "m.x.y", &i(1)).unwrap_err(), "`m.x` is integer, neither a table nor an array");
+        assert!(set_path(&mut doc, "m..x", &i(1)).is_err());
+    }
+
+    const DOC: &str = "until = \"1s\"\n[machine]\ncpus = 1\n[[axis]]\nname = \"p\"\nvalues = [{ name = \"a\", x = 1, set = { \"machine.cpus\" = 1 } }, { name = \"b\", x = 2, set = { \"machine.cpus\" = 2 } }]\n[[axis]]\npath = \"until\"\nvalues = [\"1s\", \"2s\", \"3s\"]\n[[run]]\nname = \"ref\"\nset = { \"machine.cpus\" = 4 }\n";
+
+    #[test]
+    fn variants_are_the_grid_first_axis_slowest_then_the_runs() {
+        let s = Sweep::from_table("t.toml", &toml::from_str(DOC).unwrap()).unwrap();
+        let names: Vec<&str> = s.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["a/1s", "a/2s", "a/3s", "b/1s", "b/2s", "b/3s", "ref"]);
+        assert_eq!(s.axes[1].name, "until");
+        assert_eq!(s.axes[1].values[2].x, Some(3000.0), "a duration's x is in ms");
+        let d = s.document(4).unwrap();
+        assert_eq!((d["machine"]["cpus"].as_integer(), d["until"].as_str()), (Some(2), Some("2s")));
+        assert_eq!(s.document(6).unwrap()["machine"]["cpus"].as_integer(), Some(4));
+    }
+
+    #[test]
+    fn references_are_checked_against_the_variants() {
+        assert!(value(DOC, "m[a/1s] - m[ref]").is_ok());
+        assert!(value(DOC, "crossing(p, m[*/2s], m[ref])").is_ok());
+        assert!(value(DOC, "crossing(p, m[*/2s] - m[ref], 0)").is_ok(), "a series may name fixed variants too");
+        assert!(value(DOC, "crossing(p, m[a/2s], m[ref])").unwrap_err().contains("the series names no variant with '*'"));
+        assert!(value(DOC, "crossing(until, m[a/*], m[ref])").is_ok(), "a duration's x");
+        let e = value(&DOC.replace(", x = 2", ""), "crossing(p, m[*/1s], m[ref])").unwrap_err();
+        assert!(e.contains("value 'b' of axis 'p' has no x"), "{e}");
+        let e = value(DOC, "m[c/1s]").unwrap_err();
+        assert!(e.contains("no variant 'c/1s' (variants: a/1s, a/2s"), "{e}");
+        assert!(value(DOC, "m").unwrap_err().contains("needs a variant: m[VARIANT]"));
+        assert!(value(DOC, "m[*/1s]").unwrap_err().contains("only in the series of crossing"));
+        assert!(value(DOC, "crossing(p, m[a/*], m[ref])").unwrap_err().contains("'*' (only) for axis 'p'"));
     }
 }

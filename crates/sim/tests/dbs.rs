@@ -1,9 +1,7 @@
 //! The `randres` behaviour (BVT paper 001 §5.1) under DBS and alone, its scenario errors,
 //! and sweep experiments (several runs from one file).
 
-use std::path::PathBuf;
 
-use vassal_sim::repro::run_experiment;
 use vassal_sim::scenario::parse_scenario;
 use vassal_sim::{simulate, Report};
 
@@ -139,110 +137,6 @@ fn malformed_randres_is_refused_naming_the_key() {
     }
     let e = parse_scenario(&randres("dbs", 1.0, false, ""), "bad.toml").unwrap_err().to_string();
     assert!(e.contains("fussiness 1 must be at least 0 and below 1"), "{e}");
-}
-
-// ----- sweeps -----
-
-fn write(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vassal-sweep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-const SWEEP_BASE: &str = r#"until = "1s"
-[machine]
-cpus = 1
-switch_cost = "0ns"
-[default]
-policy = "fps"
-[[task]]
-name = "p"
-params = { priority = 2 }
-behaviour = { kind = "periodic", period = "10ms", exec = "1ms" }
-[[task]]
-name = "bg"
-params = { priority = 1 }
-behaviour = { kind = "cpu" }
-"#;
-
-#[test]
-fn a_sweep_runs_each_combination_and_finds_the_crossing() {
-    // bg's share is 1 − exec/10ms: 0.9, 0.8, 0.7, 0.6 along x = 1..4; the reference run
-    // (exec 2.5 ms) gives 0.75, crossed at x = 2.5 exactly.
-    let text = format!(
-        r#"{SWEEP_BASE}
-[sweep]
-axes = ["load"]
-[sweep.load]
-a = {{ x = 1, "task.p.behaviour.exec" = "1ms" }}
-b = {{ x = 2, "task.p.behaviour.exec" = "2ms" }}
-c = {{ x = 3, "task.p.behaviour.exec" = "3ms" }}
-d = {{ x = 4, "task.p.behaviour.exec" = "4ms" }}
-[sweep.runs]
-ref = {{ "task.p.behaviour.exec" = "2.5ms" }}
-
-[[expect]]
-id = "t.cross"
-metric = "crossing(load, *:task.bg.cpu_frac, ref:task.bg.cpu_frac)"
-paper = 2.5
-tolerance = 1e-9
-why = "interpolated exactly"
-
-[[expect]]
-id = "t.diff"
-metric = "a:task.bg.cpu_frac - d:task.bg.cpu_frac"
-paper = 0.3
-tolerance = 1e-9
-why = "0.9 - 0.6"
-
-[[expect]]
-id = "t.ratio"
-metric = "d:task.bg.cpu_frac / b:task.bg.cpu_frac"
-paper = 0.75
-tolerance = 1e-9
-why = "0.6 / 0.8"
-
-[[expect]]
-id = "t.never"
-metric = "crossing(load, *:task.p.jobs_missed, ref:task.p.jobs_missed)"
-paper = 0
-tolerance = 0
-why = "never below: NaN, which fails"
-"#
-    );
-    let rows = run_experiment(&write("ok.toml", &text)).unwrap();
-    let v: Vec<(String, f64, bool)> = rows.iter().map(|r| (r.id.clone(), r.ours, r.pass)).collect();
-    assert!(v[0].2 && v[1].2 && v[2].2, "{v:?}");
-    assert!(v[3].1.is_nan() && !v[3].2, "{v:?}");
-}
-
-#[test]
-fn a_bad_sweep_is_refused_naming_what_and_where() {
-    let exp = "\n[[expect]]\nid = \"x\"\nmetric = \"a:task.bg.cpu_frac\"\npaper = 0\ntolerance = 1\nwhy = \"x\"\n";
-    let cases = [
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.nobody.params.priority\" = 1 }\n", "run a: setting 'task.nobody.params.priority': no task named nobody"),
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.p\" = 1 }\n", "cannot replace a whole task"),
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"until.x\" = 1 }\n", "'until' is not a table"),
-        ("[sweep]\naxes = [\"l\"]\n[sweep.m]\na = {}\n", "sweep.m: not an axis"),
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\n\"a.b\" = {}\n", "may not be empty or contain '.'"),
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { x = \"one\" }\n", "x must be a finite number"),
-        // A setting the scenario parser refuses: reported for that run.
-        ("[sweep]\naxes = [\"l\"]\n[sweep.l]\na = { \"task.p.behaviour.bogus\" = 1 }\n", "[run a]"),
-    ];
-    for (i, (sweep, want)) in cases.iter().enumerate() {
-        let p = write(&format!("bad{i}.toml"), &format!("{SWEEP_BASE}{sweep}{exp}"));
-        let e = run_experiment(&p).unwrap_err();
-        assert!(e.contains(want) && e.contains(&format!("bad{i}.toml")), "{want}: {e}");
-    }
-    // A metric naming no run.
-    let p = write(
-        "badm.toml",
-        &format!("{SWEEP_BASE}[sweep]\naxes = [\"l\"]\n[sweep.l]\na = {{}}\n{}", exp.replace("a:task", "zz:task")),
-    );
-    let e = run_experiment(&p).unwrap_err();
-    assert!(e.contains("no run named 'zz'"), "{e}");
 }
 
 #[test]

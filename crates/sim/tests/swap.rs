@@ -166,7 +166,7 @@ fn kernel_counts_system_calls_and_dispatches() {
 fn the_unix_experiments_keep_the_invariants() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/unix");
     for (file, n) in [("throughput.toml", "18"), ("response.toml", "18")] {
-        let sweep = vassal_sim::sweep::load(&dir.join(file)).unwrap();
+        let sweep = vassal_sim::sweep::Sweep::load(&dir.join(file)).unwrap();
         for m in ["v7", "fb_std_std", "fb_pri_std", "fb_std_mouse", "fb_pri_mouse"] {
             let text = sweep.variant_text(&format!("{m}/{n}")).unwrap();
             let mut sc = parse_scenario(&text, file).unwrap();
