@@ -161,6 +161,9 @@ pub struct Config {
     /// nice semantics). A parameter with no ceiling may be set by root only.
     pub ceilings: BTreeMap<String, i64>,
     pub schedulers: Vec<SchedSpec>,
+    /// A Chrome trace of the agent's decisions (`vassal agent --trace FILE`, not a key of
+    /// the file).
+    pub trace: Option<std::path::PathBuf>,
 }
 
 pub const DEFAULT_SOCKET: &str = "/run/vassal.sock";
@@ -237,6 +240,7 @@ impl Config {
             default,
             ceilings,
             schedulers: raw.scheduler,
+            trace: None,
         })
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod broker;
+pub mod chrome;
 pub mod client;
 pub mod config;
 pub mod guardian;

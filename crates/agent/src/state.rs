@@ -137,6 +137,8 @@ pub struct Agent {
     pub kernel_errors: u64,
     /// $VASSAL_AGENT_TRACE: a file to log every wake, block and decision to (debugging).
     trace: Option<std::io::BufWriter<std::fs::File>>,
+    /// `vassal agent --trace FILE`: the decisions as a Chrome trace (crate::chrome).
+    chrome: Option<crate::chrome::ChromeTrace>,
 }
 
 /// What went wrong setting the agent up.
@@ -144,6 +146,13 @@ pub type SetupError = String;
 
 impl Agent {
     pub fn new(cfg: Config, ledger: Ledger, now: Ns) -> Result<Agent, SetupError> {
+        let chrome = match &cfg.trace {
+            Some(path) => Some(
+                crate::chrome::ChromeTrace::create(path, now, kernel::online_cpus())
+                    .map_err(|e| format!("--trace {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
         let ncpus = kernel::online_cpus();
         let default = vassal_policies::build(&cfg.default.kind, &to_params(&cfg.default.params))?;
         let be_ppm = ((1.0 - cfg.rt_fraction) * ncpus as f64 * CPU_PPM as f64).round() as u64;
@@ -180,6 +189,7 @@ impl Agent {
             started: now,
             kernel_errors: 0,
             trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
+            chrome,
         })
     }
 
@@ -439,6 +449,9 @@ impl Agent {
             self.events.pop_first();
             self.event_at.remove(&(sched, token));
             self.changes += 1;
+            if let Some(t) = self.chrome.as_mut() {
+                t.event(now, self.disp.sched_name(SchedId(sched)).unwrap_or("?"));
+            }
             self.disp.fire_event(now, SchedId(sched), token);
         }
         // Every tick that fell due since the last pass is delivered (the passes may be
@@ -464,6 +477,9 @@ impl Agent {
         }
         self.settle(now);
         self.backoff = if self.changes != changes { 1 } else { (self.backoff * 2).min(PARKED_EVERY) };
+        if let Some(t) = self.chrome.as_mut() {
+            t.flush();
+        }
     }
 
     /// Reads each process's runnability and CPU clock and tells the dispatcher.
@@ -541,6 +557,9 @@ impl Agent {
             }
             if runnable != st.is_runnable() {
                 self.changes += 1;
+                if let (Some(t), Some(m)) = (self.chrome.as_mut(), self.tasks.get(&task.0)) {
+                    t.runnable(now, m.pid as u32, runnable);
+                }
             }
             if runnable && st == TaskState::Blocked {
                 self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
@@ -635,6 +654,10 @@ impl Agent {
                     use std::io::Write;
                     let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
                 }
+                if let Some(t) = self.chrome.as_mut() {
+                    let by = d.and_then(|d| Some((self.tasks.get(&d.task.0)?.pid as u32, self.disp.sched_name(d.by).unwrap_or("?"))));
+                    t.decision(now, c, by);
+                }
                 self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
                 if let Some(d) = d {
                     if let Some(m) = self.tasks.get_mut(&d.task.0) {
@@ -709,6 +732,9 @@ impl Agent {
             self.unmanage(now, TaskId(id), true);
         }
         self.ledger.restore_all();
+        if let Some(t) = self.chrome.as_mut() {
+            t.finish(now);
+        }
     }
 
     // ----- reports -----

@@ -24,6 +24,10 @@ pub struct AgentArgs {
     /// Overrides the config's tick, e.g. "4ms".
     #[arg(long)]
     tick: Option<String>,
+    /// Write the agent's decisions, wakes, blocks and scheduler events to FILE as a Chrome
+    /// trace for the Perfetto UI (docs/trace.md).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -157,6 +161,7 @@ pub fn agent(a: AgentArgs) -> Result<ExitCode> {
     if let Some(t) = a.tick {
         cfg.tick = parse_duration(&t).with_context(|| format!("--tick {t}"))?;
     }
+    cfg.trace = a.trace;
     vassal_agent::agent::run(cfg).map_err(anyhow::Error::msg)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 //! worker spins or sleeps only until a deadline, and Drop guards kill and reap agents
 //! and workers on every path, so no real-time or stopped task is ever left behind.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -47,6 +48,9 @@ struct AgentProc {
 
 impl AgentProc {
     fn start(config: &str) -> AgentProc {
+        AgentProc::start_with(config, &[])
+    }
+    fn start_with(config: &str, args: &[&str]) -> AgentProc {
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("vassal-test-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -61,6 +65,7 @@ impl AgentProc {
             .arg("agent")
             .arg("--config")
             .arg(&cfg)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -550,4 +555,58 @@ fn a_task_over_its_warp_limit_is_demoted() {
     // Left at its real-time priority it would hold a CPU (95% under RT throttling);
     // unwarped at the limit, BVT gives it its weighted share, ncpus/(ncpus+1) of a CPU.
     assert!(share < 0.85, "a task past its warp limit kept its CPU (share {share:.3})");
+}
+
+/// `vassal agent --trace FILE` (issue 7 item 1): the agent's decisions as a Chrome trace —
+/// well-formed after an orderly stop, slices on declared CPU tracks that never overlap,
+/// the managed processes' slices and their wake/block instants.
+#[test]
+fn the_agent_writes_a_chrome_trace() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let file = std::env::temp_dir().join(format!("vassal-agent-trace-{}.json", std::process::id()));
+    let agent = AgentProc::start_with("", &["--trace", file.to_str().unwrap()]);
+    let start = now_ns() + 200 * MS;
+    let until = start + SEC;
+    let hog = workers::hog(until).unwrap();
+    let mut sleeper = workers::periodic(start, 10 * MS, MS, 80, 0).unwrap();
+    let mut c = agent.client();
+    join(&mut c, hog.pid, &[]);
+    join(&mut c, sleeper.pid, &[("warp", SEC as i64)]);
+    sleeper.wait();
+    let hog_pid = hog.pid;
+    drop(hog);
+    drop(agent); // SIGTERM: restores and closes the trace
+    let text = std::fs::read_to_string(&file).expect("the trace was written");
+    let _ = std::fs::remove_file(&file);
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON array after an orderly stop");
+    let declared: BTreeSet<(u64, u64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+        .collect();
+    let mut per_track: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        assert!(declared.contains(&key), "slice on an undeclared track: {e}");
+        assert!(e["args"]["scheduler"].is_string(), "{e}");
+        let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+        assert!(dur > 0.0, "{e}");
+        per_track.entry(key).or_default().push((ts, ts + dur));
+    }
+    for (track, v) in &mut per_track {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        for w in v.windows(2) {
+            assert!(w[0].1 <= w[1].0 + 1e-3, "overlapping slices on {track:?}: {w:?}");
+        }
+    }
+    for pid in [hog_pid as u64, sleeper.pid as u64] {
+        assert!(per_track.contains_key(&(2, pid)), "no slices for pid {pid}: {:?}; {} events", per_track.keys().collect::<Vec<_>>(), events.len());
+    }
+    let marks = |what: &str| {
+        events.iter().filter(|e| e["ph"] == "i" && e["pid"] == 2 && e["tid"] == sleeper.pid as u64 && e["name"] == what).count()
+    };
+    assert!(marks("wake") >= 10 && marks("block") >= 10, "wakes {} blocks {}", marks("wake"), marks("block"));
 }
