@@ -298,6 +298,7 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
             let file = rel(r);
             let title = match &r.run {
                 Some(run) => format!("{file} — scenario {}", run.scenario.name),
+                None if !r.plots.is_empty() => format!("{file} — sweep"),
                 None => format!("{file} — computed"),
             };
             let _ = writeln!(b, "<h3 id=\"e-{}\">{}</h3>", anchor(&file), esc(&title));
@@ -327,6 +328,13 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
                 );
             }
             b.push_str("</table>\n");
+            if !r.plots.is_empty() {
+                b.push_str("<details open><summary>curves of this sweep (each point the mean over its seeds)</summary>\n");
+                for p in &r.plots {
+                    let _ = writeln!(b, "<figure>{p}</figure>");
+                }
+                b.push_str("</details>\n");
+            }
             if let Some(run) = &r.run {
                 let _ = writeln!(b, "<details open><summary>figures of this run (seed {}, {} simulated)</summary>", run.report.seed, fmt_ms(run.report.elapsed_ns as f64));
                 b.push_str(&run_figures(&run.scenario, &run.report, &run.trace));

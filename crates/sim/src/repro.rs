@@ -383,8 +383,10 @@ pub struct ExperimentRun {
     pub expects: Vec<Expect>,
     /// One per expect, in the same order.
     pub rows: Vec<Row>,
-    /// None for computed experiments.
+    /// None for computed experiments and sweeps.
     pub run: Option<SimRun>,
+    /// A sweep's plots (inline SVG), one per metric it lists.
+    pub plots: Vec<String>,
 }
 
 /// The comment lines at the top of an experiment file, `#` and one space removed.
@@ -422,11 +424,11 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
+        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots: Vec::new() });
     }
     if crate::sweep::is_sweep(&table) {
-        let rows = crate::sweep::expect_rows(path, &table, &expects)?;
-        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None });
+        let (rows, plots) = crate::sweep::expect_rows(path, &table, &expects)?;
+        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots });
     }
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -445,7 +447,7 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
             v.map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: Some(SimRun { scenario, report, trace }) })
+    Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: Some(SimRun { scenario, report, trace }), plots: Vec::new() })
 }
 
 /// Every experiment file under `dir`, sorted, whose group (first directory), file stem

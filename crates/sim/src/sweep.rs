@@ -623,7 +623,13 @@ impl Sweep {
     /// the values evenly spaced and labelled by name. None when there is no axis or no
     /// metric.
     pub fn svg(&self, runs: &Runs) -> Result<Option<String>, String> {
-        let (Some(axis), Some(m)) = (self.axes.get(self.plot.0), self.metrics.get(self.plot.1)) else { return Ok(None) };
+        Ok(self.plot_of(runs, self.plot.1)?.map(|p| svg::standalone(&p)))
+    }
+
+    /// The plot of metric number `metric` against the plot's x axis, as an inline `<svg>`
+    /// element (see [`Sweep::svg`]).
+    pub fn plot_of(&self, runs: &Runs, metric: usize) -> Result<Option<String>, String> {
+        let (Some(axis), Some(m)) = (self.axes.get(self.plot.0), self.metrics.get(metric)) else { return Ok(None) };
         let numeric: Option<Vec<f64>> = axis.values.iter().map(|v| v.x).collect();
         let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..axis.values.len()).map(|i| i as f64).collect());
         let position = |v: usize| self.variants[v].values.as_ref().map_or(0, |ix| ix[self.plot.0]);
@@ -656,14 +662,14 @@ impl Sweep {
             None => Some(xs.iter().cloned().zip(axis.values.iter().map(|v| v.name.clone())).collect()),
         };
         let seeds = if self.seeds.len() > 1 { format!(", mean of {} seeds", self.seeds.len()) } else { String::new() };
-        Ok(Some(svg::standalone(&svg::line_plot_ticks(
+        Ok(Some(svg::line_plot_ticks(
             &format!("{}: {} against {}{seeds}", self.name, m.name, axis.name),
             &axis.name,
             &m.name,
             (lo - pad, hi + pad),
             &series,
             ticks.as_deref(),
-        ))))
+        )))
     }
 
     /// The runs as CSV (RFC 4180 quoting): variant, its value on each axis, seed, then
@@ -727,8 +733,9 @@ pub fn default_jobs() -> usize {
 
 /// Runs a sweep experiment (`table` holds the whole file) on all cores and judges its
 /// `[[expect]]` rows, whose metrics must name their variants. Every row's expression is
-/// checked before anything runs.
-pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Result<Vec<Row>, String> {
+/// checked before anything runs. Also returns the plot of each of its `metrics` (inline
+/// SVG, for `repro --report`).
+pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Result<(Vec<Row>, Vec<String>), String> {
     let file = path.display().to_string();
     let sweep = Sweep::from_table(&file, table)?;
     let axes: Vec<String> = sweep.axes.iter().map(|a| a.name.clone()).collect();
@@ -737,7 +744,7 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
         .map(|e| parse(&e.metric, &axes).and_then(|x| sweep.check(&x, false).map(|_| x)).map_err(|m| format!("{file}: expect '{}': {m}", e.id)))
         .collect::<Result<Vec<_>, _>>()?;
     let runs = sweep.run(default_jobs(), &|_, _| {})?;
-    expects
+    let rows = expects
         .iter()
         .zip(&exprs)
         .map(|(e, x)| {
@@ -746,7 +753,12 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
                 .map(|ours| e.judge(ours))
                 .map_err(|m| format!("{file}: expect '{}': metric '{}': {m}", e.id, e.metric))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut plots = Vec::new();
+    for k in 0..sweep.metrics.len() {
+        plots.extend(sweep.plot_of(&runs, k).map_err(|m| format!("{file}: {m}"))?);
+    }
+    Ok((rows, plots))
 }
 
 /// True if some `METRIC[VARIANT]` of `e` has `*` in VARIANT.

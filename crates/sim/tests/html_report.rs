@@ -80,6 +80,16 @@ fn repro_page_shows_every_row_beside_the_paper() {
             assert!(page.contains(&format!("id=\"e-{}\"", rel.replace(|c: char| !c.is_ascii_alphanumeric(), "-"))));
         }
     }
+    // Every sweep's curves: one plot per metric it lists (paper 004 Figures 3-7, paper
+    // 001 Figures 5-8), each on the page.
+    for name in ["unix/throughput.toml", "unix/response.toml", "dbs/fig5.toml", "dbs/fig6-8.toml"] {
+        let run = runs.iter().find(|r| r.path.ends_with(name)).unwrap_or_else(|| panic!("{name} missing"));
+        assert!(run.run.is_none() && !run.plots.is_empty(), "{name} has no plots");
+        for p in &run.plots {
+            assert!(p.starts_with("<svg") && (p.contains("<path")), "{name}: not a line plot");
+            assert!(page.contains(p.as_str()), "{name}: a plot is not on the page");
+        }
+    }
     // Every BVT figure's virtual-time plot: Figures 1-4 simulate under bvt.
     for fig in ["fig1", "fig2", "fig3", "fig4"] {
         let run = runs.iter().find(|r| r.path.ends_with(format!("bvt/{fig}.toml"))).unwrap();
