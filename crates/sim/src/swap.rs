@@ -468,7 +468,7 @@ mod tests {
     fn standard_swap_out_else_takes_the_oldest_resident_of_at_least_two_seconds() {
         let imgs = [
             img(30, true, 3 * SEC, ProcState::Ready),
-            img(20, true, 1 * SEC, ProcState::Sleeping),
+            img(20, true, SEC, ProcState::Sleeping),
             img(40, true, 4 * SEC, ProcState::Ready),
         ];
         assert_eq!(swap_out_standard(&imgs, 5 * SEC, 2 * SEC, &[]), Some(1));
