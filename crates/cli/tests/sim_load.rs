@@ -4,27 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn module(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let sdk = root().join("sdk");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--manifest-path"])
-            .arg(sdk.join("Cargo.toml"))
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo");
-        assert!(out.status.success(), "building sdk/ failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        sdk.join("target/wasm32-unknown-unknown/release")
-    });
-    dir.join(format!("vassal_module_{name}.wasm"))
+    vassal_module::example_path(name).unwrap()
 }
 
 fn vassal(args: &[&str]) -> (bool, String, String) {

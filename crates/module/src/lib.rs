@@ -15,6 +15,7 @@
 //! The ABI is in [`abi`] and docs/modules.md.
 
 pub mod abi;
+mod examples;
 mod wasm;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use std::path::Path;
 
 use vassal_core::{Containment, Dispatcher, Ns, Position, SchedId, TaskId, MS};
 
+pub use examples::{example_path, examples_dir};
 pub use wasm::{Limits, LoadError, ModuleParam, WasmPolicy};
 
 /// Where a module goes in the hierarchy, by scheduler name.

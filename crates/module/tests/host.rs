@@ -4,27 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
 use vassal_core::*;
 use vassal_module::{load, load_bytes, unload, LoadError, LoadOptions, ModuleParam, Placement, WasmPolicy};
 
 fn module(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--manifest-path"])
-            .arg(sdk.join("Cargo.toml"))
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo");
-        assert!(out.status.success(), "building sdk/ failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        sdk.join("target/wasm32-unknown-unknown/release")
-    });
-    dir.join(format!("vassal_module_{name}.wasm"))
+    vassal_module::example_path(name).unwrap()
 }
 
 fn dispatcher() -> Dispatcher {

@@ -55,17 +55,10 @@ use vassal_core::{
 
 use crate::dbs_admission::{self, Demand};
 use crate::params::Params;
+use crate::task_table::{attach_state, CpuEntry, St, TaskTable};
 
 /// The CPU reservations are served on.
 pub const RESERVATION_CPU: CpuId = CpuId(0);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Blocked,
-    Ready,
-    Picked(CpuId),
-    Running(CpuId),
-}
 
 /// Where a ready task is queued: EDF by (deadline, reservation id), or round robin by
 /// arrival sequence.
@@ -103,19 +96,22 @@ struct Run {
     res: Option<u64>,
 }
 
+impl CpuEntry for Run {
+    fn task(&self) -> TaskId {
+        self.task
+    }
+}
+
 /// Deadline-based scheduling. See the module documentation.
 #[derive(Debug)]
 pub struct Dbs {
     quantum: Ns,
-    tasks: Vec<Option<Task>>,
+    /// The tasks, and per CPU: picked (awaiting on_dispatch) and running.
+    table: TaskTable<Task, Run>,
     res: BTreeMap<u64, Reservation>,
     next_res: u64,
-    next_seq: u64,
     edf: BTreeSet<(Ns, u64, u32)>,
     rr: BTreeSet<(u64, u32)>,
-    /// Per CPU: picked (awaiting on_dispatch) and running.
-    picked: Vec<Option<Run>>,
-    running: Vec<Option<Run>>,
 }
 
 /// Builds a `dbs` scheduler: parameter `quantum` (duration, default 10 ms) for the round
@@ -132,14 +128,11 @@ impl Dbs {
     pub fn new(quantum: Ns) -> Self {
         Dbs {
             quantum: quantum.max(1),
-            tasks: Vec::new(),
+            table: TaskTable::default(),
             res: BTreeMap::new(),
             next_res: 0,
-            next_seq: 0,
             edf: BTreeSet::new(),
             rr: BTreeSet::new(),
-            picked: Vec::new(),
-            running: Vec::new(),
         }
     }
 
@@ -148,30 +141,9 @@ impl Dbs {
         self.res.values().copied().collect()
     }
 
-    fn ensure(&mut self, ctx: &Ctx) {
-        let n = ctx.ncpus().max(1) as usize;
-        if self.running.len() < n {
-            self.running.resize(n, None);
-            self.picked.resize(n, None);
-        }
-    }
-
-    fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(id.0 as usize).and_then(|t| t.as_ref())
-    }
-
-    fn task_mut(&mut self, id: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(id.0 as usize).and_then(|t| t.as_mut())
-    }
-
-    fn tail_seq(&mut self) -> u64 {
-        self.next_seq += 1;
-        self.next_seq
-    }
-
     /// The task's current reservation at `now`: active, need left, earliest deadline.
     fn current(&self, id: TaskId, now: Ns) -> Option<(Ns, u64)> {
-        let t = self.task(id)?;
+        let t = self.table.get(id)?;
         t.res
             .iter()
             .filter_map(|r| self.res.get(r).map(|v| (r, v)))
@@ -182,7 +154,7 @@ impl Dbs {
 
     /// Puts the task in the queue its state and reservations call for (or none).
     fn sync(&mut self, id: TaskId, now: Ns) {
-        let Some(t) = self.task(id) else { return };
+        let Some(t) = self.table.get(id) else { return };
         let want = if t.st == St::Ready {
             Some(match self.current(id, now) {
                 Some((d, r)) => Q::Edf(d, r),
@@ -213,30 +185,22 @@ impl Dbs {
             }
             None => {}
         }
-        if let Some(t) = self.task_mut(id) {
+        if let Some(t) = self.table.get_mut(id) {
             t.queued = want;
         }
     }
 
     fn set_st(&mut self, id: TaskId, st: St, now: Ns) {
-        if let Some(t) = self.task_mut(id) {
+        if let Some(t) = self.table.get_mut(id) {
             t.st = st;
         }
         self.sync(id, now);
     }
 
-    fn forget_cpu_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if r.is_some_and(|r| r.task == id) {
-                *r = None;
-            }
-        }
-    }
-
     /// The EDF key of what runs on the reservation CPU by our decision (None: a task
     /// without a reservation, or nothing of ours).
     fn running_key(&self) -> Option<(Ns, u64)> {
-        let run = self.running.get(RESERVATION_CPU.0 as usize).copied().flatten()?;
+        let run = self.table.running.get(RESERVATION_CPU.0 as usize).copied().flatten()?;
         let r = run.res?;
         self.res.get(&r).map(|v| (v.deadline, r))
     }
@@ -249,7 +213,7 @@ impl Dbs {
         let cpu0 = RESERVATION_CPU;
         let ours_or_idle = match ctx.running_on(cpu0) {
             None => true,
-            Some(t) => self.running.get(cpu0.0 as usize).copied().flatten().is_some_and(|run| run.task == t),
+            Some(t) => self.table.running.get(cpu0.0 as usize).copied().flatten().is_some_and(|run| run.task == t),
         };
         if !ours_or_idle {
             return; // a higher scheduler's task runs there; it has precedence
@@ -270,7 +234,7 @@ impl Dbs {
     fn promote_running(&mut self, ctx: &mut Ctx, task: TaskId) {
         let now = ctx.now();
         let Some((_, cur)) = self.current(task, now) else { return };
-        let on = self.running.iter().position(|r| r.is_some_and(|r| r.task == task && r.res != Some(cur)));
+        let on = self.table.running.iter().position(|r| r.is_some_and(|r| r.task == task && r.res != Some(cur)));
         if let Some(c) = on {
             let _ = ctx.resched(CpuId(c as u16));
         }
@@ -290,14 +254,14 @@ impl Dbs {
         let (s, d) = Self::event_tokens(id);
         ctx.cancel_event(s);
         ctx.cancel_event(d);
-        if let Some(t) = self.task_mut(v.task) {
+        if let Some(t) = self.table.get_mut(v.task) {
             t.res.retain(|&r| r != id);
         }
         self.sync(v.task, ctx.now());
     }
 
     fn request(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, start: Ns, need: Ns, deadline: Ns) -> Reply {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return Reply::refused(format!("dbs: {task} is not attached to this scheduler"));
         }
         if from.task != Some(task) && !from.is_root() {
@@ -318,7 +282,7 @@ impl Dbs {
         let id = self.next_res;
         self.next_res += 1;
         self.res.insert(id, Reservation { task, start, need, deadline, used: 0 });
-        if let Some(t) = self.task_mut(task) {
+        if let Some(t) = self.table.get_mut(task) {
             t.res.push(id);
         }
         let (s_tok, d_tok) = Self::event_tokens(id);
@@ -339,48 +303,38 @@ impl Policy for Dbs {
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let idx = crate::task_index(task)?;
-        let st = match info.state {
-            TaskState::Runnable => St::Ready,
-            TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
-        };
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
-        if self.task(task).is_some() {
+        let st = attach_state(task, info)?;
+        if self.table.get(task).is_some() {
             self.on_detach(ctx, task, Detach::Moved);
         }
-        let seq = self.tail_seq();
-        self.tasks[idx] = Some(Task { st, queued: None, res: Vec::new(), seq });
+        let seq = self.table.tail_seq();
+        self.table.put(idx, Task { st, queued: None, res: Vec::new(), seq });
         if let St::Running(c) = st {
-            if let Some(r) = self.running.get_mut(c.0 as usize) {
-                *r = Some(Run { task, res: None });
-            }
+            self.table.set_running(c, Run { task, res: None });
         }
         self.sync(task, ctx.now());
         Ok(())
     }
 
     fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        let Some(t) = self.task(task) else { return };
+        let Some(t) = self.table.get(task) else { return };
         for id in t.res.clone() {
             self.end_reservation(ctx, id);
         }
         self.set_st(task, St::Blocked, ctx.now());
-        self.forget_cpu_refs(task);
-        self.tasks[task.0 as usize] = None;
+        self.table.forget_cpu_refs(task);
+        self.table.remove(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.ensure(ctx);
-        let seq = self.tail_seq();
-        let Some(t) = self.task_mut(task) else { return };
+        self.table.ensure(ctx);
+        let seq = self.table.tail_seq();
+        let Some(t) = self.table.get_mut(task) else { return };
         t.seq = seq;
         self.set_st(task, St::Ready, ctx.now());
-        if matches!(self.task(task).and_then(|t| t.queued), Some(Q::Edf(..))) {
+        if matches!(self.table.get(task).and_then(|t| t.queued), Some(Q::Edf(..))) {
             self.check_edf(ctx);
         } else {
             crate::rr::kick_idle(ctx, task, CpuId(u16::MAX));
@@ -388,22 +342,22 @@ impl Policy for Dbs {
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, _block: Block) {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return;
         }
         self.set_st(task, St::Blocked, ctx.now());
-        self.forget_cpu_refs(task);
+        self.table.forget_cpu_refs(task);
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.running.len() || self.task(task).is_none() {
+        if ci >= self.table.running.len() || self.table.get(task).is_none() {
             return;
         }
-        let run = self.picked[ci].take().filter(|r| r.task == task).unwrap_or(Run { task, res: None });
-        self.forget_cpu_refs(task);
-        self.running[ci] = Some(run);
+        let run = self.table.picked[ci].take().filter(|r| r.task == task).unwrap_or(Run { task, res: None });
+        self.table.forget_cpu_refs(task);
+        self.table.running[ci] = Some(run);
         self.set_st(task, St::Running(cpu), ctx.now());
         // Work conservation: another idle CPU may take the next task of the round robin.
         if let Some(&(_, next)) = self.rr.first() {
@@ -412,19 +366,15 @@ impl Policy for Dbs {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return;
         }
-        if let Some(r) = self.running.get_mut(cpu.0 as usize) {
-            if r.is_some_and(|r| r.task == task) {
-                *r = None;
-            }
-        }
+        self.table.clear_running(cpu, task);
         // A used-up turn or a yield goes to the tail; a task preempted (by a reservation)
         // keeps its place.
         if why != Preempt::Resched {
-            let seq = self.tail_seq();
-            if let Some(t) = self.task_mut(task) {
+            let seq = self.table.tail_seq();
+            if let Some(t) = self.table.get_mut(task) {
                 t.seq = seq;
             }
         }
@@ -435,7 +385,7 @@ impl Policy for Dbs {
     }
 
     fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        let Some(run) = self.running.get(cpu.0 as usize).copied().flatten() else { return };
+        let Some(run) = self.table.running.get(cpu.0 as usize).copied().flatten() else { return };
         if run.task != task {
             return;
         }
@@ -457,10 +407,10 @@ impl Policy for Dbs {
             self.check_edf(ctx);
         } else {
             // Its deadline: over, whatever is left of the need is forfeited.
-            let under = self.running.iter().position(|r| r.is_some_and(|r| r.res == Some(id)));
+            let under = self.table.running.iter().position(|r| r.is_some_and(|r| r.res == Some(id)));
             self.end_reservation(ctx, id);
             if let Some(c) = under {
-                self.running[c] = Some(Run { task: v.task, res: None });
+                self.table.running[c] = Some(Run { task: v.task, res: None });
                 let _ = ctx.resched(CpuId(c as u16));
             }
             self.check_edf(ctx);
@@ -475,9 +425,9 @@ impl Policy for Dbs {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
+        if ci >= self.table.running.len() {
             return None;
         }
         let now = ctx.now();
@@ -501,7 +451,7 @@ impl Policy for Dbs {
             };
             match ctx.state(id) {
                 TaskState::Runnable => {
-                    self.picked[ci] = Some(run);
+                    self.table.picked[ci] = Some(run);
                     self.set_st(id, St::Picked(cpu), now);
                     return Some(Decision::run(id, slice));
                 }
@@ -516,11 +466,7 @@ impl Policy for Dbs {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if p.is_some_and(|p| p.task == decision.task) {
-                *p = None;
-            }
-        }
+        self.table.clear_picked(cpu, decision.task);
         let now = ctx.now();
         match why {
             Refusal::NoSuchTask | Refusal::NotYours => self.on_detach(ctx, decision.task, Detach::Moved),

@@ -35,18 +35,11 @@ use vassal_core::{
 };
 
 use crate::params::Params;
+use crate::task_table::{attach_state, St, TaskTable};
 
 /// A ready task's place: (class: 0 periodic, 1 background; absolute deadline or FIFO
 /// sequence; task).
 type Key = (u8, u64, u32);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Blocked,
-    Ready,
-    Picked(CpuId),
-    Running(CpuId),
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Task {
@@ -72,11 +65,8 @@ impl Task {
 #[derive(Debug)]
 pub struct Edf {
     quantum: Ns,
-    tasks: Vec<Option<Task>>,
+    table: TaskTable<Task, TaskId>,
     ready: BTreeSet<Key>,
-    next_seq: u64,
-    picked: Vec<Option<TaskId>>,
-    running: Vec<Option<TaskId>>,
 }
 
 /// Builds an `edf` scheduler: parameter `quantum` (duration, default 10 ms) for the
@@ -114,38 +104,17 @@ fn timing_of(task: TaskId, params: &TaskParams) -> Result<Option<(Ns, Ns)>, Stri
 
 impl Edf {
     pub fn new(quantum: Ns) -> Self {
-        Edf { quantum: quantum.max(1), tasks: Vec::new(), ready: BTreeSet::new(), next_seq: 0, picked: Vec::new(), running: Vec::new() }
+        Edf { quantum: quantum.max(1), table: TaskTable::default(), ready: BTreeSet::new() }
     }
 
     /// The current absolute deadline of a periodic task.
     pub fn deadline_of(&self, task: TaskId) -> Option<Ns> {
-        self.task(task).filter(|t| t.timing.is_some()).map(|t| t.deadline)
-    }
-
-    fn ensure(&mut self, ctx: &Ctx) {
-        let n = ctx.ncpus().max(1) as usize;
-        if self.running.len() < n {
-            self.running.resize(n, None);
-            self.picked.resize(n, None);
-        }
-    }
-
-    fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(id.0 as usize).and_then(|t| t.as_ref())
-    }
-
-    fn task_mut(&mut self, id: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(id.0 as usize).and_then(|t| t.as_mut())
-    }
-
-    fn tail_seq(&mut self) -> u64 {
-        self.next_seq += 1;
-        self.next_seq
+        self.table.get(task).filter(|t| t.timing.is_some()).map(|t| t.deadline)
     }
 
     /// A runnable task past its deadline has started its next job (module docs).
     fn catch_up(&mut self, id: TaskId, now: Ns) {
-        let Some(t) = self.task_mut(id) else { return };
+        let Some(t) = self.table.get_mut(id) else { return };
         if let Some((period, _)) = t.timing {
             if t.deadline <= now {
                 let k = (now - t.deadline) / period + 1;
@@ -155,7 +124,7 @@ impl Edf {
     }
 
     fn set_st(&mut self, id: TaskId, st: St) {
-        let Some(t) = self.task(id).copied() else { return };
+        let Some(t) = self.table.get(id).copied() else { return };
         if let Some(k) = t.queued {
             self.ready.remove(&k);
         }
@@ -163,24 +132,16 @@ impl Edf {
         if let Some(k) = queued {
             self.ready.insert(k);
         }
-        if let Some(t) = self.task_mut(id) {
+        if let Some(t) = self.table.get_mut(id) {
             t.st = st;
             t.queued = queued;
-        }
-    }
-
-    fn forget_cpu_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(id) {
-                *r = None;
-            }
         }
     }
 
     /// A task became ready: take an idle CPU, or preempt ours running the latest deadline
     /// later than its own.
     fn check_preempt(&mut self, ctx: &mut Ctx, id: TaskId) {
-        let Some(t) = self.task(id).copied() else { return };
+        let Some(t) = self.table.get(id).copied() else { return };
         let key = t.key(id);
         let aff = ctx.affinity(id);
         let mut victim: Option<(Key, CpuId)> = None;
@@ -193,8 +154,8 @@ impl Edf {
                     let _ = ctx.resched(c);
                     return;
                 }
-                Some(r) if self.running.get(c.0 as usize).copied().flatten() == Some(r) => {
-                    if let Some(rt) = self.task(r) {
+                Some(r) if self.table.running.get(c.0 as usize).copied().flatten() == Some(r) => {
+                    if let Some(rt) = self.table.get(r) {
                         let rk = rt.key(r);
                         if rk > key && victim.is_none_or(|(vk, _)| rk > vk) {
                             victim = Some((rk, c));
@@ -216,29 +177,19 @@ impl Policy for Edf {
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let idx = crate::task_index(task)?;
         let timing = timing_of(task, info.params)?;
-        let st = match info.state {
-            TaskState::Runnable => St::Ready,
-            TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
-        };
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
-        if self.task(task).is_some() {
+        let st = attach_state(task, info)?;
+        if self.table.get(task).is_some() {
             self.on_detach(ctx, task, Detach::Moved);
         }
         let now = ctx.now();
         let deadline = timing.map_or(0, |(_, d)| now.saturating_add(d));
-        let seq = self.tail_seq();
-        self.tasks[idx] = Some(Task { st: St::Blocked, queued: None, timing, deadline, seq });
+        let seq = self.table.tail_seq();
+        self.table.put(idx, Task { st: St::Blocked, queued: None, timing, deadline, seq });
         if let St::Running(c) = st {
-            if let Some(r) = self.running.get_mut(c.0 as usize) {
-                *r = Some(task);
-            }
+            self.table.set_running(c, task);
         }
         self.set_st(task, st);
         if st == St::Ready {
@@ -248,19 +199,19 @@ impl Policy for Edf {
     }
 
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return;
         }
         self.set_st(task, St::Blocked);
-        self.forget_cpu_refs(task);
-        self.tasks[task.0 as usize] = None;
+        self.table.forget_cpu_refs(task);
+        self.table.remove(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let now = ctx.now();
-        let seq = self.tail_seq();
-        let Some(t) = self.task_mut(task) else { return };
+        let seq = self.table.tail_seq();
+        let Some(t) = self.table.get_mut(task) else { return };
         t.seq = seq;
         if let Some((_, d)) = t.timing {
             if wake.voluntary {
@@ -273,22 +224,22 @@ impl Policy for Edf {
     }
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return;
         }
         self.set_st(task, St::Blocked);
-        self.forget_cpu_refs(task);
+        self.table.forget_cpu_refs(task);
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.running.len() || self.task(task).is_none() {
+        if ci >= self.table.running.len() || self.table.get(task).is_none() {
             return;
         }
-        self.picked[ci] = None;
-        self.forget_cpu_refs(task);
-        self.running[ci] = Some(task);
+        self.table.picked[ci] = None;
+        self.table.forget_cpu_refs(task);
+        self.table.running[ci] = Some(task);
         self.set_st(task, St::Running(cpu));
         if let Some(&(_, _, next)) = self.ready.first() {
             crate::rr::kick_idle(ctx, TaskId(next), cpu);
@@ -296,17 +247,13 @@ impl Policy for Edf {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        if self.task(task).is_none() {
+        if self.table.get(task).is_none() {
             return;
         }
-        if let Some(r) = self.running.get_mut(cpu.0 as usize) {
-            if *r == Some(task) {
-                *r = None;
-            }
-        }
+        self.table.clear_running(cpu, task);
         if why != Preempt::Resched {
-            let seq = self.tail_seq();
-            if let Some(t) = self.task_mut(task) {
+            let seq = self.table.tail_seq();
+            if let Some(t) = self.table.get_mut(task) {
                 t.seq = seq;
             }
         }
@@ -318,7 +265,7 @@ impl Policy for Edf {
         let Request::Param { name, value } = req else {
             return Reply::refused(format!("edf does not understand {req:?}"));
         };
-        let Some(t) = self.task(task).copied() else {
+        let Some(t) = self.table.get(task).copied() else {
             return Reply::refused(format!("edf: {task} is not attached to this scheduler"));
         };
         let v = match positive(task, name, *value) {
@@ -332,16 +279,16 @@ impl Policy for Edf {
             ("deadline", None) => return Reply::refused(format!("edf: {task} has no period; set its period first")),
             _ => return Reply::refused(format!("edf has no task parameter '{name}' (it knows: period, deadline)")),
         };
-        if let Some(t) = self.task_mut(task) {
+        if let Some(t) = self.table.get_mut(task) {
             t.timing = Some(timing);
         }
         Reply::Ok
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.ensure(ctx);
+        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
+        if ci >= self.table.running.len() {
             return None;
         }
         let now = ctx.now();
@@ -350,7 +297,7 @@ impl Policy for Edf {
             let id = TaskId(raw);
             match ctx.state(id) {
                 TaskState::Runnable => {
-                    let slice = match (class, self.task(id).and_then(|t| t.timing)) {
+                    let slice = match (class, self.table.get(id).and_then(|t| t.timing)) {
                         (0, Some((period, _))) if key <= now => {
                             // A late job keeps its (past) deadline while it waits, as in
                             // classic EDF; it runs until the deadline its next job would
@@ -360,7 +307,7 @@ impl Policy for Edf {
                         (0, _) => key - now,
                         _ => self.quantum,
                     };
-                    self.picked[ci] = Some(id);
+                    self.table.picked[ci] = Some(id);
                     self.set_st(id, St::Picked(cpu));
                     return Some(Decision::run(id, slice));
                 }
@@ -372,11 +319,7 @@ impl Policy for Edf {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if *p == Some(decision.task) {
-                *p = None;
-            }
-        }
+        self.table.clear_picked(cpu, decision.task);
         match why {
             Refusal::NoSuchTask | Refusal::NotYours => self.on_detach(ctx, decision.task, Detach::Moved),
             Refusal::NotRunnable => self.set_st(decision.task, St::Blocked),

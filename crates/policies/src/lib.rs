@@ -23,6 +23,7 @@ pub mod params;
 pub mod rr;
 pub mod rtserver;
 mod runqueue;
+mod task_table;
 pub mod timed;
 pub mod unix;
 pub mod fb;

@@ -9,8 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
 use vassal_policies::ParamValue;
 use vassal_sim::model::Scenario;
@@ -18,29 +16,8 @@ use vassal_sim::modules::{apply_load, Place};
 use vassal_sim::scenario::parse_scenario;
 use vassal_sim::{Report, Sim};
 
-fn modules_dir() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let sdk = root.join("sdk");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--manifest-path"])
-            .arg(sdk.join("Cargo.toml"))
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo to build the SDK's example modules");
-        assert!(
-            out.status.success(),
-            "building sdk/ for wasm32 failed (is the target installed? `rustup target add wasm32-unknown-unknown`):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        sdk.join("target/wasm32-unknown-unknown/release")
-    })
-}
-
 fn module(name: &str) -> PathBuf {
-    modules_dir().join(format!("vassal_module_{name}.wasm"))
+    vassal_module::example_path(name).unwrap()
 }
 
 /// Three tasks under scheduler "proto" (loaded at 0.5 s, unloaded at 2.5 s) above the
