@@ -571,10 +571,13 @@ fn the_agent_writes_a_chrome_trace() {
     let start = now_ns() + 200 * MS;
     let until = start + SEC;
     let hog = workers::hog(until).unwrap();
-    let mut sleeper = workers::periodic(start, 10 * MS, MS, 80, 0).unwrap();
+    // Not warped: a warped task is armed while blocked, so the kernel runs it the instant
+    // it wakes and the agent may never see it runnable. This one (5 ms every 20 ms) is
+    // seen by the polls and selected.
+    let mut sleeper = workers::periodic(start, 20 * MS, 5 * MS, 40, 0).unwrap();
     let mut c = agent.client();
     join(&mut c, hog.pid, &[]);
-    join(&mut c, sleeper.pid, &[("warp", SEC as i64)]);
+    join(&mut c, sleeper.pid, &[]);
     sleeper.wait();
     let hog_pid = hog.pid;
     drop(hog);
@@ -608,5 +611,5 @@ fn the_agent_writes_a_chrome_trace() {
     let marks = |what: &str| {
         events.iter().filter(|e| e["ph"] == "i" && e["pid"] == 2 && e["tid"] == sleeper.pid as u64 && e["name"] == what).count()
     };
-    assert!(marks("wake") >= 10 && marks("block") >= 10, "wakes {} blocks {}", marks("wake"), marks("block"));
+    assert!(marks("wake") >= 5 && marks("block") >= 5, "wakes {} blocks {}", marks("wake"), marks("block"));
 }
