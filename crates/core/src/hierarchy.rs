@@ -687,8 +687,17 @@ impl Dispatcher {
     /// tasks without the policy having to know about them. Among those, the CPU whose
     /// decider is lowest in the hierarchy is asked (the last CPU first on a tie).
     fn kick_cpu(&mut self, now: Ns, task: TaskId) {
+        self.kick_cpu_except(now, task, None);
+    }
+
+    /// [`Self::kick_cpu`], never asking `except` (a CPU whose decision just considered the
+    /// task: asking it again would only repeat that decision — or, when a lower scheduler
+    /// alternates between guests, preempt back and forth forever at one instant).
+    fn kick_cpu_except(&mut self, now: Ns, task: TaskId, except: Option<CpuId>) {
         let rec = &self.tasks.recs[task.0 as usize];
-        let free = |c: CpuId| !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now);
+        let free = |c: CpuId| {
+            !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now) && Some(c) != except
+        };
         let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
         let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
         if cpu.is_none() {
@@ -964,9 +973,10 @@ impl Dispatcher {
             self.stats.idle += 1;
         }
         self.apply_exclusive(now);
-        // The preempted task is runnable again: another CPU may be free for it.
+        // The preempted task is runnable again: another CPU may be free for it (not this
+        // one, whose schedulers were all just asked with it runnable).
         if let Some(t) = prev.filter(|&t| self.tasks.state(t) == TaskState::Runnable) {
-            self.kick_cpu(now, t);
+            self.kick_cpu_except(now, t, Some(cpu));
         }
         result
     }
