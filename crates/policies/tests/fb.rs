@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use vassal_core::{CpuId, CpuSet, Preempt, Reply, Request, Shared, TaskId, TaskState};
+use vassal_core::{CpuSet, Reply, Request, Shared, TaskId};
 use vassal_policies::fb::{boosted, Fb, FbConfig, FbTaskInfo, BOOST_DISK, BOOST_TERMINAL_INPUT, BOOST_TERMINAL_OUTPUT};
 use vassal_policies::ParamValue;
 
@@ -294,60 +294,17 @@ fn many_tasks_pick_in_level_order() {
 #[test]
 fn random_operations_keep_cpus_busy_and_the_dispatcher_consistent() {
     let (mut s, _p) = setup(3, cfg());
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
-    let sched = s.d.default_sched();
-    let affs = [CpuSet::first(3), CpuSet(0b001), CpuSet(0b110), CpuSet(0b011)];
-    let mut tasks: Vec<(TaskId, CpuSet)> = Vec::new();
-    for i in 0..12 {
-        let kv = [("base", rnd(20) as i64), ("wake_boost", rnd(7) as i64), ("priority", 7)];
-        let aff = affs[i % affs.len()];
-        tasks.push((s.add(&kv, Some(aff), i % 3 != 0), aff));
-    }
-    for step in 0..4000 {
-        match rnd(12) {
-            0..=3 => {
+    random_ops(
+        &mut s,
+        &RandomOps {
+            seed: 0x9e37_79b9_7f4a_7c15,
+            steps: 4000,
+            params: &|rnd| vec![("base", rnd(20) as i64), ("wake_boost", rnd(7) as i64), ("priority", 7)],
+            advance: &|s, rnd| {
                 let until = s.now + ms(rnd(30));
                 s.run_until(until);
-            }
-            4 | 5 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t).is_runnable() {
-                    s.block(t);
-                }
-            }
-            6 | 7 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t) == TaskState::Blocked {
-                    s.wake(t);
-                }
-            }
-            8 => s.yield_cpu(CpuId(rnd(3) as u16)),
-            9 => s.schedule(CpuId(rnd(3) as u16), Preempt::Resched),
-            10 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                let _ = s.message(sched, t, Request::Param { name: "base".into(), value: rnd(32) as i64 });
-            }
-            _ => {
-                let i = rnd(tasks.len() as u64) as usize;
-                let (t, aff) = tasks.remove(i);
-                s.exit(t);
-                tasks.push((s.add(&[], Some(aff), true), aff));
-            }
-        }
-        assert_eq!(s.d.stats().refused, 0, "step {step}: a decision was refused");
-        for c in 0..3u16 {
-            if s.running_task(c).is_none() {
-                let waiting =
-                    tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
-                assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
-            }
-        }
-    }
-    assert_no_double_dispatch(&s);
+            },
+            message: &|rnd| ("base", rnd(32) as i64),
+        },
+    );
 }

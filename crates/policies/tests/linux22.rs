@@ -263,60 +263,21 @@ fn registry_builds_linux22_and_checks_params() {
 
 #[test]
 fn random_operations_keep_cpus_busy_and_the_dispatcher_consistent() {
-    // Pseudo-random wakes, blocks, yields, exits and ticks on 3 CPUs with mixed affinities
-    // and priorities. The harness checks the dispatcher's invariants at every dispatch;
-    // here: no task is dispatched twice, and no CPU idles while a runnable task may use it.
-    use vassal_core::TaskState;
+    // Mixed priorities, ticks on the policy's 10 ms grid, nice by message.
     let (mut s, _p) = setup(3, default_cfg());
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
-    let affs = [CpuSet::first(3), CpuSet(0b001), CpuSet(0b110), CpuSet(0b011)];
-    let mut tasks: Vec<(TaskId, CpuSet)> = Vec::new();
-    for i in 0..12 {
-        let prio = 1 + rnd(40) as i64;
-        let aff = affs[i % affs.len()];
-        tasks.push((s.add(&[("priority", prio)], Some(aff), i % 3 != 0), aff));
-    }
-    for step in 0..3000 {
-        match rnd(10) {
-            0..=3 => {
+    random_ops(
+        &mut s,
+        &RandomOps {
+            seed: 0x2545_f491_4f6c_dd1d,
+            steps: 3000,
+            params: &|rnd| vec![("priority", 1 + rnd(40) as i64)],
+            advance: &|s, _| {
                 let next = (s.now / TICK + 1) * TICK;
-                tick_to(&mut s, next / 1_000_000);
-            }
-            4 | 5 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t).is_runnable() {
-                    s.block(t);
-                }
-            }
-            6 | 7 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t) == TaskState::Blocked {
-                    s.wake(t);
-                }
-            }
-            8 => s.yield_cpu(CpuId(rnd(3) as u16)),
-            _ => {
-                let i = rnd(tasks.len() as u64) as usize;
-                let (t, aff) = tasks.remove(i);
-                s.exit(t);
-                tasks.push((s.add(&[], Some(aff), true), aff));
-            }
-        }
-        for c in 0..3u16 {
-            if s.running_task(c).is_none() {
-                let waiting =
-                    tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
-                assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
-            }
-        }
-    }
-    assert_no_double_dispatch(&s);
+                tick_to(s, next / 1_000_000);
+            },
+            message: &|rnd| ("nice", rnd(41) as i64 - 20),
+        },
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use vassal_core::{CpuId, CpuSet, Ns, Preempt, Reply, Request, Shared, TaskId, TaskState};
+use vassal_core::{CpuId, CpuSet, Ns, Preempt, Reply, Request, Shared, TaskId};
 use vassal_policies::unix::{Unix, UnixConfig, UnixTaskInfo, Variant, DEFAULT_TICK, TICK_TOKEN};
 use vassal_policies::ParamValue;
 
@@ -365,69 +365,26 @@ fn many_tasks_pick_in_priority_order() {
 fn random_operations_keep_cpus_busy_and_the_dispatcher_consistent() {
     for variant in [Variant::V6, Variant::V7, Variant::S5] {
         let (mut s, _p) = setup(3, UnixConfig { tick: ms(10), ..UnixConfig::new(variant) });
-        random_ops(&mut s, ms(10), 0x2545_f491_4f6c_dd1d ^ variant as u64);
+        random_ops_unix(&mut s, ms(10), 0x2545_f491_4f6c_dd1d ^ variant as u64);
     }
 }
 
-/// Pseudo-random wakes, blocks, yields, reschedules, messages, exits and ticks on 3 CPUs
-/// with mixed affinities: no decision refused, no task on two CPUs, and no CPU idle while
-/// a runnable task may use it.
-fn random_ops(s: &mut Sim, tick: Ns, mut seed: u64) {
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
-    let sched = s.d.default_sched();
-    let affs = [CpuSet::first(3), CpuSet(0b001), CpuSet(0b110), CpuSet(0b011)];
-    let mut tasks: Vec<(TaskId, CpuSet)> = Vec::new();
-    for i in 0..12 {
-        let kv = [("nice", rnd(41) as i64 - 20), ("wait_pri", rnd(50) as i64), ("priority", 7)];
-        let aff = affs[i % affs.len()];
-        tasks.push((s.add(&kv, Some(aff), i % 3 != 0), aff));
-    }
-    for step in 0..4000 {
-        match rnd(12) {
-            0..=3 => {
+/// The shared random operations (common::random_ops) with unix's parameters: nice and
+/// wait channel per task, nice by message, time in whole ticks.
+fn random_ops_unix(s: &mut Sim, tick: Ns, seed: u64) {
+    random_ops(
+        s,
+        &RandomOps {
+            seed,
+            steps: 4000,
+            params: &|rnd| vec![("nice", rnd(41) as i64 - 20), ("wait_pri", rnd(50) as i64), ("priority", 7)],
+            advance: &|s, _| {
                 let next = (s.now / tick + 1) * tick;
                 tick_to_ns(s, tick, next);
-            }
-            4 | 5 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t).is_runnable() {
-                    s.block(t);
-                }
-            }
-            6 | 7 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t) == TaskState::Blocked {
-                    s.wake(t);
-                }
-            }
-            8 => s.yield_cpu(CpuId(rnd(3) as u16)),
-            9 => s.schedule(CpuId(rnd(3) as u16), Preempt::Resched),
-            10 => {
-                let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                let _ = s.message(sched, t, Request::Param { name: "nice".into(), value: rnd(41) as i64 - 20 });
-            }
-            _ => {
-                let i = rnd(tasks.len() as u64) as usize;
-                let (t, aff) = tasks.remove(i);
-                s.exit(t);
-                tasks.push((s.add(&[], Some(aff), true), aff));
-            }
-        }
-        assert_eq!(s.d.stats().refused, 0, "step {step}: a decision was refused");
-        for c in 0..3u16 {
-            if s.running_task(c).is_none() {
-                let waiting =
-                    tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
-                assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
-            }
-        }
-    }
-    assert_no_double_dispatch(s);
+            },
+            message: &|rnd| ("nice", rnd(41) as i64 - 20),
+        },
+    );
 }
 
 fn fire(s: &mut Sim, at: Ns) {

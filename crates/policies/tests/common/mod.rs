@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use vassal_core::{
     Block, CpuId, CpuSet, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
-    Request, SchedId, Sender, TaskId, TaskParams, Usage, Wake, MS,
+    Request, SchedId, Sender, TaskId, TaskParams, TaskState, Usage, Wake, MS,
 };
 
 /// One accepted decision.
@@ -289,4 +289,85 @@ impl vassal_core::TaskView for FakeView {
 pub fn assert_no_double_dispatch(s: &Sim) {
     assert_eq!(s.overlaps, 0, "a task was dispatched while running elsewhere");
     assert!(!s.log.is_empty());
+}
+
+/// A xorshift64 generator: each call `rnd(n)` gives a number in `0..n`.
+pub fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
+/// A random number source for [`RandomOps`]' closures.
+pub type Rnd<'a> = &'a mut dyn FnMut(u64) -> u64;
+
+/// What a policy's random-operations test varies (see [`random_ops`]).
+pub struct RandomOps<'a> {
+    pub seed: u64,
+    pub steps: usize,
+    /// The parameters of each of the 12 initial tasks.
+    pub params: &'a dyn Fn(Rnd) -> Vec<(&'static str, i64)>,
+    /// Lets time pass (the policy's tick or its timers).
+    pub advance: &'a dyn Fn(&mut Sim, Rnd),
+    /// A parameter message for a random task: (name, value).
+    pub message: &'a dyn Fn(Rnd) -> (&'static str, i64),
+}
+
+/// Pseudo-random wakes, blocks, yields, reschedules, parameter messages, exits and passing
+/// time on the 3 CPUs of `s` (a policy at the bottom), 12 tasks with mixed affinities.
+/// The harness checks the dispatcher's invariants at every dispatch; here, after every
+/// step: no decision refused, and no CPU idle while a runnable task may use it; at the
+/// end, no task dispatched on two CPUs.
+pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
+    let mut rnd = xorshift(ops.seed);
+    let sched = s.d.default_sched();
+    let affs = [CpuSet::first(3), CpuSet(0b001), CpuSet(0b110), CpuSet(0b011)];
+    let mut tasks: Vec<(TaskId, CpuSet)> = Vec::new();
+    for i in 0..12 {
+        let kv = (ops.params)(&mut rnd);
+        let aff = affs[i % affs.len()];
+        tasks.push((s.add(&kv, Some(aff), i % 3 != 0), aff));
+    }
+    for step in 0..ops.steps {
+        match rnd(12) {
+            0..=3 => (ops.advance)(s, &mut rnd),
+            4 | 5 => {
+                let t = tasks[rnd(tasks.len() as u64) as usize].0;
+                if s.d.state(t).is_runnable() {
+                    s.block(t);
+                }
+            }
+            6 | 7 => {
+                let t = tasks[rnd(tasks.len() as u64) as usize].0;
+                if s.d.state(t) == TaskState::Blocked {
+                    s.wake(t);
+                }
+            }
+            8 => s.yield_cpu(CpuId(rnd(3) as u16)),
+            9 => s.schedule(CpuId(rnd(3) as u16), Preempt::Resched),
+            10 => {
+                let t = tasks[rnd(tasks.len() as u64) as usize].0;
+                let (name, value) = (ops.message)(&mut rnd);
+                let _ = s.message(sched, t, Request::Param { name: name.into(), value });
+            }
+            _ => {
+                let i = rnd(tasks.len() as u64) as usize;
+                let (t, aff) = tasks.remove(i);
+                s.exit(t);
+                tasks.push((s.add(&[], Some(aff), true), aff));
+            }
+        }
+        assert_eq!(s.d.stats().refused, 0, "step {step}: a decision was refused");
+        for c in 0..3u16 {
+            if s.running_task(c).is_none() {
+                let waiting =
+                    tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
+                assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
+            }
+        }
+    }
+    assert_no_double_dispatch(s);
 }
