@@ -163,6 +163,21 @@ fn same_state(pid: i32, s: &kernel::SchedState) -> bool {
     kernel::get_sched(pid).is_ok_and(|now| now == *s)
 }
 
+/// Three hogs with known original states ([`hog_with_state`]).
+fn three_hogs(until: u64) -> Vec<(Worker, kernel::SchedState)> {
+    (0..3).map(|_| hog_with_state(until)).collect()
+}
+
+/// Every hog is back in its original state.
+fn all_restored(hogs: &[(Worker, kernel::SchedState)]) -> bool {
+    hogs.iter().all(|(w, s)| same_state(w.pid, s))
+}
+
+/// Some hog is parked at SCHED_IDLE (the agent has taken them over).
+fn any_parked(hogs: &[(Worker, kernel::SchedState)]) -> bool {
+    hogs.iter().any(|(w, _)| policy(w.pid) == libc::SCHED_IDLE)
+}
+
 fn join(c: &mut Client, pid: i32, params: &[(&str, i64)]) {
     let params = params.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     c.join_pid(pid, None, params).expect("join");
@@ -176,9 +191,8 @@ fn sigkill_of_the_agent_restores_every_task() {
     let _serial = serial();
     let until = now_ns() + 20 * SEC;
     let agent = AgentProc::start("");
-    let (w1, s1) = hog_with_state(until);
-    let (w2, s2) = hog_with_state(until);
-    let (w3, s3) = hog_with_state(until);
+    let hogs = three_hogs(until);
+    let (w1, w2, w3) = (&hogs[0].0, &hogs[1].0, &hogs[2].0);
     let mut c = agent.client();
     join(&mut c, w1.pid, &[("warp", 20 * MS as i64)]);
     join(&mut c, w2.pid, &[]);
@@ -186,14 +200,14 @@ fn sigkill_of_the_agent_restores_every_task() {
     // The warped hog is raised to SCHED_FIFO (selected or armed); on two CPUs or fewer
     // one of the others is parked at SCHED_IDLE.
     let changed = wait_for(Duration::from_secs(3), || {
-        policy(w1.pid) == libc::SCHED_FIFO && [&w2, &w3].iter().any(|w| policy(w.pid) == libc::SCHED_IDLE || kernel::online_cpus() > 2)
+        policy(w1.pid) == libc::SCHED_FIFO && [w2, w3].iter().any(|w| policy(w.pid) == libc::SCHED_IDLE || kernel::online_cpus() > 2)
     });
     assert!(changed.is_some(), "the agent never changed the hogs' scheduling");
-    assert!([&w1, &w2, &w3].iter().any(|w| policy(w.pid) == libc::SCHED_FIFO || policy(w.pid) == libc::SCHED_IDLE));
+    assert!([w1, w2, w3].iter().any(|w| policy(w.pid) == libc::SCHED_FIFO || policy(w.pid) == libc::SCHED_IDLE));
     let guardian = agent.guardian_pid();
     // SAFETY: SIGKILL to our agent.
     unsafe { libc::kill(agent.agent_pid(), libc::SIGKILL) };
-    let took = wait_for(Duration::from_secs(2), || same_state(w1.pid, &s1) && same_state(w2.pid, &s2) && same_state(w3.pid, &s3));
+    let took = wait_for(Duration::from_secs(2), || all_restored(&hogs));
     let took = took.unwrap_or_else(|| panic!("not restored: {:?} {:?} {:?}", kernel::get_sched(w1.pid), kernel::get_sched(w2.pid), kernel::get_sched(w3.pid)));
     eprintln!("restored 3 tasks {took:?} after SIGKILL of the agent (requirement: 100 ms)");
     // The guardian leaves once it has restored.
@@ -208,18 +222,15 @@ fn sigterm_restores_every_task() {
     let _serial = serial();
     let until = now_ns() + 20 * SEC;
     let agent = AgentProc::start("");
-    let (w1, s1) = hog_with_state(until);
-    let (w2, s2) = hog_with_state(until);
-    let (w3, s3) = hog_with_state(until);
+    let hogs = three_hogs(until);
     let mut c = agent.client();
-    for w in [&w1, &w2, &w3] {
+    for (w, _) in &hogs {
         join(&mut c, w.pid, &[]);
     }
-    assert!(wait_for(Duration::from_secs(3), || [&w1, &w2, &w3].iter().any(|w| policy(w.pid) == libc::SCHED_IDLE)).is_some());
+    assert!(wait_for(Duration::from_secs(3), || any_parked(&hogs)).is_some());
     // SAFETY: SIGTERM to our agent.
     unsafe { libc::kill(agent.agent_pid(), libc::SIGTERM) };
-    let took = wait_for(Duration::from_secs(2), || same_state(w1.pid, &s1) && same_state(w2.pid, &s2) && same_state(w3.pid, &s3));
-    assert!(took.is_some(), "SIGTERM did not restore every task");
+    assert!(wait_for(Duration::from_secs(2), || all_restored(&hogs)).is_some(), "SIGTERM did not restore every task");
 }
 
 #[test]
@@ -230,17 +241,15 @@ fn death_of_the_guardian_makes_the_agent_restore_and_exit() {
     let _serial = serial();
     let until = now_ns() + 20 * SEC;
     let mut agent = AgentProc::start("");
-    let (w1, s1) = hog_with_state(until);
-    let (w2, s2) = hog_with_state(until);
-    let (w3, s3) = hog_with_state(until);
+    let hogs = three_hogs(until);
     let mut c = agent.client();
-    for w in [&w1, &w2, &w3] {
+    for (w, _) in &hogs {
         join(&mut c, w.pid, &[]);
     }
-    assert!(wait_for(Duration::from_secs(3), || [&w1, &w2, &w3].iter().any(|w| policy(w.pid) == libc::SCHED_IDLE)).is_some());
+    assert!(wait_for(Duration::from_secs(3), || any_parked(&hogs)).is_some());
     // SAFETY: SIGKILL to the guardian.
     unsafe { libc::kill(agent.guardian_pid(), libc::SIGKILL) };
-    assert!(wait_for(Duration::from_secs(2), || same_state(w1.pid, &s1) && same_state(w2.pid, &s2) && same_state(w3.pid, &s3)).is_some());
+    assert!(wait_for(Duration::from_secs(2), || all_restored(&hogs)).is_some());
     assert!(wait_for(Duration::from_secs(2), || matches!(agent.child.try_wait(), Ok(Some(_)))).is_some(), "the agent kept running without a guardian");
 }
 
