@@ -42,3 +42,28 @@ pub fn examples_dir() -> Result<&'static Path, String> {
 pub fn example_path(name: &str) -> Result<PathBuf, String> {
     Ok(examples_dir()?.join(format!("vassal_module_{name}.wasm")))
 }
+
+/// The native (host-target shared library) form of the SDK's example module `name`:
+/// `libvassal_module_<name>.so` in sdk/target/release, built first (once per process)
+/// with `cargo build --release --manifest-path sdk/Cargo.toml`.
+pub fn native_example_path(name: &str) -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = DIR
+        .get_or_init(|| {
+            let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = Command::new(&cargo)
+                .args(["build", "--release", "--manifest-path"])
+                .arg(sdk.join("Cargo.toml"))
+                .env_remove("CARGO_TARGET_DIR")
+                .output()
+                .map_err(|e| format!("running {cargo} to build the SDK's native example modules: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("building sdk/ for the host failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            }
+            Ok(sdk.join("target/release"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)?;
+    Ok(dir.join(format!("{}vassal_module_{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)))
+}

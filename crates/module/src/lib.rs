@@ -4,8 +4,11 @@
 //! compiled to WebAssembly is loaded at run time into a running [`Dispatcher`] — above or
 //! below a named scheduler, like Vassal's loadable scheduler drivers (paper 000 §3–4) —
 //! and unloaded again. The module runs in a wasmi sandbox ([`WasmPolicy`]): a fuel budget
-//! per call, a memory limit, and no access to anything but the ABI's imports. The
-//! dispatcher distrusts it ([`vassal_core::Containment`]): a module that traps, runs past
+//! per call, a memory limit, and no access to anything but the ABI's imports. The same
+//! SDK source built for the host target is a *native* module ([`NativePolicy`], a shared
+//! library with a C ABI): as fast as a built-in policy, but trusted — not sandboxed, as
+//! Vassal's drivers were not ([`Backend`] tells the two apart from the file). The
+//! dispatcher distrusts both ([`vassal_core::Containment`]): a module that traps, runs past
 //! its budget, exceeds its memory, makes an invalid decision or leaves a runnable task
 //! unserved past the watchdog is ejected and its tasks fall back to the schedulers below.
 //!
@@ -16,15 +19,104 @@
 
 pub mod abi;
 mod examples;
+mod glue;
+mod native;
 mod wasm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use vassal_core::{Containment, Dispatcher, Ns, Position, SchedId, TaskId, MS};
+use vassal_core::{Containment, Dispatcher, Ns, Policy, Position, SchedId, TaskId, Usage, MS};
 
-pub use examples::{example_path, examples_dir};
+pub use examples::{example_path, examples_dir, native_example_path};
+pub use native::NativePolicy;
 pub use wasm::{Limits, LoadError, ModuleParam, WasmPolicy};
+
+/// The two forms of a module, told apart by the file's first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A WebAssembly module (`\0asm`): sandboxed — fuel per call, a memory limit, nothing
+    /// but the ABI's imports. Anyone the mechanism lets load schedulers may load one.
+    Wasm,
+    /// A native shared library (ELF) built with the SDK for this machine: as fast as a
+    /// built-in policy, but it runs unconfined in the host's process (no fuel, no memory
+    /// limit; a fault in it crashes the host). Trusted, as Vassal's drivers were: a
+    /// mechanism should let only root load one.
+    Native,
+}
+
+impl Backend {
+    /// The form of a module from its first bytes: ELF is native, anything else is given to
+    /// the WebAssembly host (which refuses what is not a module).
+    pub fn of(bytes: &[u8]) -> Backend {
+        if bytes.starts_with(b"\x7fELF") {
+            Backend::Native
+        } else {
+            Backend::Wasm
+        }
+    }
+
+    /// The form of the module in `path` (reads its first bytes).
+    pub fn of_file(path: &Path) -> Result<Backend, LoadError> {
+        use std::io::Read;
+        let read_err = |err| LoadError::Read { path: path.display().to_string(), err };
+        let mut head = [0u8; 4];
+        let mut f = std::fs::File::open(path).map_err(read_err)?;
+        let n = f.read(&mut head).map_err(read_err)?;
+        Ok(Backend::of(&head[..n]))
+    }
+
+    /// Whether a module of this form runs in a sandbox (fuel, memory limit, traps
+    /// contained). Only [`Backend::Wasm`] does.
+    pub fn sandboxed(self) -> bool {
+        self == Backend::Wasm
+    }
+}
+
+/// A module opened (compiled, initialised with its parameters) but not yet registered.
+pub struct Opened {
+    pub policy: Box<dyn Policy>,
+    /// The CPU usage it declared (Vassal §8).
+    pub usage: Usage,
+    pub backend: Backend,
+}
+
+/// Opens a module of either form from its bytes (the form from [`Backend::of`]); `label`
+/// names it in messages. `limits` apply to a WebAssembly module only.
+pub fn open_bytes(
+    bytes: &[u8],
+    label: &str,
+    ncpus: u16,
+    params: &BTreeMap<String, ModuleParam>,
+    limits: Limits,
+) -> Result<Opened, LoadError> {
+    let backend = Backend::of(bytes);
+    Ok(match backend {
+        Backend::Wasm => {
+            let p = WasmPolicy::from_bytes(bytes, label, ncpus, params, limits)?;
+            Opened { usage: p.usage(), policy: Box::new(p), backend }
+        }
+        Backend::Native => {
+            let p = NativePolicy::from_bytes(bytes, label, ncpus, params)?;
+            Opened { usage: p.usage(), policy: Box::new(p), backend }
+        }
+    })
+}
+
+/// [`open_bytes`] from a file; the label is the file name.
+pub fn open_file(
+    path: &Path,
+    ncpus: u16,
+    params: &BTreeMap<String, ModuleParam>,
+    limits: Limits,
+) -> Result<Opened, LoadError> {
+    let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
+    open_bytes(&bytes, &file_label(path), ncpus, params, limits)
+}
+
+fn file_label(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned())
+}
 
 /// Where a module goes in the hierarchy, by scheduler name.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -60,6 +152,10 @@ impl Default for LoadOptions {
 /// FILE --name N [--above NAME|--below NAME]`. The module's declared CPU usage goes
 /// through the dispatcher's conflict check (Vassal §8); the scheduler is contained
 /// ([`Containment`]) with `opts.watchdog`. Nothing changes if loading fails.
+///
+/// The form comes from the file ([`Backend::of_file`]): a native module is loaded too,
+/// unsandboxed — a mechanism that must refuse those to unprivileged callers checks
+/// [`Backend::sandboxed`] first.
 pub fn load(
     disp: &mut Dispatcher,
     path: &Path,
@@ -68,8 +164,7 @@ pub fn load(
     opts: &LoadOptions,
 ) -> Result<SchedId, LoadError> {
     let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
-    let label = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
-    load_bytes(disp, &bytes, &label, name, place, opts)
+    load_bytes(disp, &bytes, &file_label(path), name, place, opts)
 }
 
 /// [`load`] from the module's bytes; `label` names it in messages.
@@ -82,9 +177,8 @@ pub fn load_bytes(
     opts: &LoadOptions,
 ) -> Result<SchedId, LoadError> {
     let pos = position(disp, place)?;
-    let policy = WasmPolicy::from_bytes(bytes, label, disp.ncpus(), &opts.params, opts.limits)?;
-    let usage = policy.usage();
-    let id = disp.register(name, Box::new(policy), usage, pos)?;
+    let m = open_bytes(bytes, label, disp.ncpus(), &opts.params, opts.limits)?;
+    let id = disp.register(name, m.policy, m.usage, pos)?;
     disp.contain(id, Containment { watchdog: opts.watchdog })?;
     Ok(id)
 }

@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
-    Request, Sender, TaskId, TaskState, Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
+    Request, Sender, TaskId, Usage, Wake,
 };
 use wasmi::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
 use crate::abi::*;
+use crate::glue;
 
 /// Resource limits of one loaded module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +121,7 @@ impl wasmi::ResourceLimiter for Host {
 fn read_bytes(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> Option<Vec<u8>> {
     let mem = caller.data().memory?;
     let (ptr, len) = (usize::try_from(ptr).ok()?, usize::try_from(len).ok()?);
-    if len > 64 << 10 {
+    if len > glue::MAX_TEXT {
         return None;
     }
     let data = mem.data(&*caller);
@@ -140,57 +141,21 @@ fn read_text(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> String {
 fn linker(engine: &Engine) -> Linker<Host> {
     let mut l = Linker::<Host>::new(engine);
     let m = "vassal";
-    // Queries (TaskView). Outside a call they answer "dead"/none.
-    l.func_wrap(m, "state", |mut c: Caller<'_, Host>, task: i32| -> i32 {
-        match c.data_mut().ctx().map(|x| x.state(TaskId(task as u32))) {
-            Some(TaskState::Runnable) => STATE_RUNNABLE,
-            Some(TaskState::Blocked) => STATE_BLOCKED,
-            Some(TaskState::Running(cpu)) => cpu.0 as i32,
-            Some(TaskState::Dead) | None => STATE_DEAD,
-        }
-    })
-    .unwrap();
-    l.func_wrap(m, "affinity", |mut c: Caller<'_, Host>, task: i32| -> i64 {
-        c.data_mut().ctx().map_or(0, |x| x.affinity(TaskId(task as u32)).0 as i64)
-    })
-    .unwrap();
-    l.func_wrap(m, "owner", |mut c: Caller<'_, Host>, task: i32| -> i64 {
-        c.data_mut().ctx().and_then(|x| x.owner(TaskId(task as u32))).map_or(-1, |s| s.0 as i64)
-    })
-    .unwrap();
-    l.func_wrap(m, "last_cpu", |mut c: Caller<'_, Host>, task: i32| -> i32 {
-        c.data_mut().ctx().and_then(|x| x.last_cpu(TaskId(task as u32))).map_or(-1, |c| c.0 as i32)
-    })
-    .unwrap();
-    l.func_wrap(m, "running_on", |mut c: Caller<'_, Host>, cpu: i32| -> i64 {
-        if !(0..=u16::MAX as i32).contains(&cpu) {
-            return -1;
-        }
-        c.data_mut().ctx().and_then(|x| x.running_on(CpuId(cpu as u16))).map_or(-1, |t| t.0 as i64)
-    })
-    .unwrap();
-    l.func_wrap(m, "sched_id", |mut c: Caller<'_, Host>| -> i64 { c.data_mut().ctx().map_or(-1, |x| x.sched().0 as i64) })
+    // Queries (TaskView) and effects, answered by the shared glue with the host's own Ctx
+    // (which checks every effect again). Outside a call they answer "dead"/none.
+    l.func_wrap(m, "state", |mut c: Caller<'_, Host>, task: i32| glue::state(c.data_mut().ctx(), task)).unwrap();
+    l.func_wrap(m, "affinity", |mut c: Caller<'_, Host>, task: i32| glue::affinity(c.data_mut().ctx(), task)).unwrap();
+    l.func_wrap(m, "owner", |mut c: Caller<'_, Host>, task: i32| glue::owner(c.data_mut().ctx(), task)).unwrap();
+    l.func_wrap(m, "last_cpu", |mut c: Caller<'_, Host>, task: i32| glue::last_cpu(c.data_mut().ctx(), task)).unwrap();
+    l.func_wrap(m, "running_on", |mut c: Caller<'_, Host>, cpu: i32| glue::running_on(c.data_mut().ctx(), cpu)).unwrap();
+    l.func_wrap(m, "sched_id", |mut c: Caller<'_, Host>| glue::sched_id(c.data_mut().ctx())).unwrap();
+    l.func_wrap(m, "set_event", |mut c: Caller<'_, Host>, at: i64, token: i64| glue::set_event(c.data_mut().ctx(), at, token))
         .unwrap();
-    // Effects: the host's own Ctx checks them again (the guest SDK checked them first).
-    l.func_wrap(m, "set_event", |mut c: Caller<'_, Host>, at: i64, token: i64| -> i32 {
-        c.data_mut().ctx().map_or(-1, |x| if x.set_event(at as u64, token as u64).is_ok() { 0 } else { -1 })
-    })
-    .unwrap();
-    l.func_wrap(m, "cancel_event", |mut c: Caller<'_, Host>, token: i64| {
-        if let Some(x) = c.data_mut().ctx() {
-            x.cancel_event(token as u64)
-        }
-    })
-    .unwrap();
-    l.func_wrap(m, "resched", |mut c: Caller<'_, Host>, cpu: i32| -> i32 {
-        if !(0..=u16::MAX as i32).contains(&cpu) {
-            return -1;
-        }
-        c.data_mut().ctx().map_or(-1, |x| if x.resched(CpuId(cpu as u16)).is_ok() { 0 } else { -1 })
-    })
-    .unwrap();
-    l.func_wrap(m, "set_exclusive", |mut c: Caller<'_, Host>, task: i32, on: i32| -> i32 {
-        c.data_mut().ctx().map_or(-1, |x| if x.set_exclusive(TaskId(task as u32), on != 0).is_ok() { 0 } else { -1 })
+    l.func_wrap(m, "cancel_event", |mut c: Caller<'_, Host>, token: i64| glue::cancel_event(c.data_mut().ctx(), token))
+        .unwrap();
+    l.func_wrap(m, "resched", |mut c: Caller<'_, Host>, cpu: i32| glue::resched(c.data_mut().ctx(), cpu)).unwrap();
+    l.func_wrap(m, "set_exclusive", |mut c: Caller<'_, Host>, task: i32, on: i32| {
+        glue::set_exclusive(c.data_mut().ctx(), task, on)
     })
     .unwrap();
     // Bytes from the module.
@@ -205,22 +170,13 @@ fn linker(engine: &Engine) -> Linker<Host> {
     })
     .unwrap();
     l.func_wrap(m, "reply", |mut c: Caller<'_, Host>, kind: i32, a: i64, b: i64, ptr: i32, len: i32| {
-        let r = match kind {
-            REPLY_OK => Reply::Ok,
-            REPLY_VALUE => Reply::Value(a),
-            REPLY_FRACTION => Reply::Fraction { num: a as u64, den: b as u64 },
-            _ => Reply::Refused(read_text(&mut c, ptr, len)),
-        };
+        let r = glue::reply(kind, a, b, || read_text(&mut c, ptr, len));
         c.data_mut().reply = Some(r);
     })
     .unwrap();
     l.func_wrap(m, "log", |mut c: Caller<'_, Host>, at: i64, task: i64, ptr: i32, len: i32| {
         let text = read_text(&mut c, ptr, len);
-        let h = c.data_mut();
-        if h.logs.len() < 65_536 {
-            let task = (0..=u32::MAX as i64).contains(&task).then_some(TaskId(task as u32));
-            h.logs.push(PolicyLog { at: at as u64, task, text });
-        }
+        glue::log(&mut c.data_mut().logs, at, task, text);
     })
     .unwrap();
     l
@@ -256,35 +212,6 @@ pub struct WasmPolicy {
     usage: Usage,
     fault: Option<String>,
     label: String,
-}
-
-fn encode_params(params: &BTreeMap<String, ModuleParam>) -> Result<Vec<u8>, LoadError> {
-    let mut out = String::new();
-    for (k, v) in params {
-        let val = match v {
-            ModuleParam::Int(i) => format!("i:{i}"),
-            ModuleParam::Float(f) => format!("f:{f}"),
-            ModuleParam::Str(s) => format!("s:{s}"),
-            ModuleParam::Bool(b) => format!("b:{}", u8::from(*b)),
-        };
-        if k.contains(['=', '\n']) || val.contains('\n') {
-            return Err(LoadError::BadParam(k.clone()));
-        }
-        out.push_str(&format!("{k}={val}\n"));
-    }
-    Ok(out.into_bytes())
-}
-
-/// The per-task parameters as the module sees them at `vassal_attach`: `name=i:value` lines.
-/// Names that the text form cannot carry are left out.
-fn encode_task_params(params: &vassal_core::TaskParams) -> Vec<u8> {
-    let mut out = String::new();
-    for (k, v) in params {
-        if !k.contains(['=', '\n']) {
-            out.push_str(&format!("{k}=i:{v}\n"));
-        }
-    }
-    out.into_bytes()
 }
 
 fn describe_error(e: &wasmi::Error, limits: &Limits, memory_denied: bool) -> String {
@@ -395,7 +322,7 @@ impl WasmPolicy {
             mailbox: usize::try_from(mailbox).map_err(|_| LoadError::Abi("negative mailbox address".into()))?,
         };
         let mut p = WasmPolicy { store, ex, limits, usage: Usage::BestEffort, fault: None, label: label.to_string() };
-        let bytes = encode_params(params)?;
+        let bytes = glue::encode_params(params)?;
         let fail = |p: &WasmPolicy, e: wasmi::Error| LoadError::Init(describe_error(&e, &p.limits, p.store.data().memory_denied));
         p.store.set_fuel(limits.fuel_per_call).ok();
         let ptr = p.write_buffer(&bytes).map_err(|e| fail(&p, e))?;
@@ -409,12 +336,7 @@ impl WasmPolicy {
         let kind = usage_kind.call(&mut p.store, ()).map_err(|e| fail(&p, e))?;
         let ppm = usage_ppm.call(&mut p.store, ()).map_err(|e| fail(&p, e))?;
         let cpus = usage_cpus.call(&mut p.store, ()).map_err(|e| fail(&p, e))?;
-        p.usage = match kind {
-            USAGE_BEST_EFFORT => Usage::BestEffort,
-            USAGE_RESERVED if ppm > 0 => Usage::Reserved { cpu_ppm: ppm as u64 },
-            USAGE_HARD_TIME if ppm > 0 && cpus != 0 => Usage::HardTime { cpus: CpuSet(cpus as u64), util_ppm: ppm as u64 },
-            _ => return Err(LoadError::Abi(format!("invalid usage declaration (kind {kind}, ppm {ppm}, cpus {cpus:#x})"))),
-        };
+        p.usage = glue::usage(kind, ppm, cpus)?;
         if p.store.data().kind.is_empty() {
             p.store.data_mut().kind = "module".to_string();
         }
@@ -429,6 +351,11 @@ impl WasmPolicy {
     /// The label given at load (the file name).
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// Always true: a WebAssembly module runs in wasmi's sandbox.
+    pub fn sandboxed(&self) -> bool {
+        true
     }
 
     /// Copies `bytes` into the buffer the module hands out; returns its address.
@@ -489,13 +416,8 @@ impl Policy for WasmPolicy {
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.attach else { return Ok(()) };
-        let state = match info.state {
-            TaskState::Runnable => STATE_RUNNABLE,
-            TaskState::Blocked => STATE_BLOCKED,
-            TaskState::Running(c) => c.0 as i32,
-            TaskState::Dead => STATE_DEAD,
-        };
-        let bytes = encode_task_params(info.params);
+        let state = glue::state_code(info.state);
+        let bytes = glue::encode_task_params(info.params);
         let parent = info.parent.map_or(-1, |p| p.0 as i64);
         let aff = info.affinity.0 as i64;
         let guest = i32::from(info.guest);
@@ -514,19 +436,14 @@ impl Policy for WasmPolicy {
     fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.detach else { return };
-        let why = match why {
-            Detach::Exit => DETACH_EXIT,
-            Detach::Moved => DETACH_MOVED,
-            Detach::Released => DETACH_RELEASED,
-        };
+        let why = glue::detach_code(why);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), why)));
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.wake else { return };
-        let flags = if wake.voluntary { WAKE_VOLUNTARY } else { 0 } | if wake.warp { WAKE_WARP } else { 0 };
-        let irq = wake.interrupt.map_or(-1, i64::from);
+        let (flags, irq) = glue::wake_args(wake);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), flags, irq)));
     }
 
@@ -545,11 +462,7 @@ impl Policy for WasmPolicy {
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.preempt else { return };
-        let why = match why {
-            Preempt::SliceExpired => PREEMPT_SLICE,
-            Preempt::Resched => PREEMPT_RESCHED,
-            Preempt::Yield => PREEMPT_YIELD,
-        };
+        let why = glue::preempt_code(why);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), cpu.0 as i32, why)));
     }
 
@@ -576,16 +489,8 @@ impl Policy for WasmPolicy {
         let Some(f) = self.ex.message else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
-        let (kind, a, b, c, util, name): (i32, i64, i64, i64, f64, &str) = match req {
-            Request::Set { delay } => (REQ_SET, *delay as i64, 0, 0, 0.0, ""),
-            Request::Warp { on } => (REQ_WARP, i64::from(*on), 0, 0, 0.0, ""),
-            Request::Param { name, value } => (REQ_PARAM, *value, 0, 0, 0.0, name.as_str()),
-            Request::Reserve { util, period } => (REQ_RESERVE, *period as i64, 0, 0, *util, ""),
-            Request::Free => (REQ_FREE, 0, 0, 0, 0.0, ""),
-            Request::Modify { util, period } => (REQ_MODIFY, *period as i64, 0, 0, *util, ""),
-            Request::Avail => (REQ_AVAIL, 0, 0, 0, 0.0, ""),
-            Request::Deadline { start, need, deadline } => (REQ_DEADLINE, *start as i64, *need as i64, *deadline as i64, 0.0, ""),
-            other => return Reply::refused(format!("{} does not understand {other:?}", self.kind())),
+        let Some((kind, a, b, c, util, name)) = glue::message_args(req) else {
+            return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
         let from_task = from.task.map_or(-1, |t| t.0 as i64);
         let uid = from.uid as i32;
@@ -618,14 +523,7 @@ impl Policy for WasmPolicy {
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.refused else { return };
-        let (why, at) = match why {
-            Refusal::NoSuchTask => (REFUSAL_NO_SUCH_TASK, -1),
-            Refusal::NotYours => (REFUSAL_NOT_YOURS, -1),
-            Refusal::NotRunnable => (REFUSAL_NOT_RUNNABLE, -1),
-            Refusal::RunningElsewhere(c) => (REFUSAL_RUNNING_ELSEWHERE, c.0 as i32),
-            Refusal::NotAllowed => (REFUSAL_NOT_ALLOWED, -1),
-            Refusal::ZeroSlice => (REFUSAL_ZERO_SLICE, -1),
-        };
+        let (why, at) = glue::refusal_args(why);
         let slice = d.slice.map_or(-1, |s| s as i64);
         self.enter(ctx, |p| f.call(&mut p.store, (now, cpu.0 as i32, task_arg(d.task), slice, why, at)));
     }

@@ -132,6 +132,7 @@ pub type Builder = fn(&Params, u16) -> Result<Setup, String>;
 
 #[cfg(target_arch = "wasm32")]
 mod host {
+    // Pointers and lengths are `i32` in the wasm32 ABI (docs/modules.md's tables).
     #[link(wasm_import_module = "vassal")]
     extern "C" {
         pub fn state(task: i32) -> i32;
@@ -144,50 +145,169 @@ mod host {
         pub fn cancel_event(token: i64);
         pub fn resched(cpu: i32) -> i32;
         pub fn set_exclusive(task: i32, on: i32) -> i32;
-        pub fn set_kind(ptr: i32, len: i32);
-        pub fn reason(ptr: i32, len: i32);
-        pub fn reply(kind: i32, a: i64, b: i64, ptr: i32, len: i32);
-        pub fn log(at: i64, task: i64, ptr: i32, len: i32);
+        pub fn set_kind(ptr: *const u8, len: usize);
+        pub fn reason(ptr: *const u8, len: usize);
+        pub fn reply(kind: i32, a: i64, b: i64, ptr: *const u8, len: usize);
+        pub fn log(at: i64, task: i64, ptr: *const u8, len: usize);
     }
 }
 
-/// Stand-ins off wasm32 (a module crate then still type-checks and unit-tests natively):
-/// no task exists and effects go nowhere.
+/// The native form of a module (a shared library built for the host target, for
+/// trusted policies): the host's functions arrive as a table of function pointers,
+/// [`native::HostFns`], through the `vassal_native_host` export before any other call.
+/// Without a table (a module crate's own unit tests) stand-ins answer: no task exists
+/// and effects go nowhere.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native {
+    use std::ffi::c_void;
+
+    /// The host's functions for a native module, in the order and with the meaning of
+    /// the WebAssembly imports (docs/modules.md), each with the host's `env` first.
+    /// crates/module/src/native.rs repeats this layout; `abi` and `size` are checked.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct HostFns {
+        pub abi: u32,
+        pub size: u32,
+        pub env: *mut c_void,
+        pub state: unsafe extern "C" fn(*mut c_void, i32) -> i32,
+        pub affinity: unsafe extern "C" fn(*mut c_void, i32) -> i64,
+        pub owner: unsafe extern "C" fn(*mut c_void, i32) -> i64,
+        pub last_cpu: unsafe extern "C" fn(*mut c_void, i32) -> i32,
+        pub running_on: unsafe extern "C" fn(*mut c_void, i32) -> i64,
+        pub sched_id: unsafe extern "C" fn(*mut c_void) -> i64,
+        pub set_event: unsafe extern "C" fn(*mut c_void, i64, i64) -> i32,
+        pub cancel_event: unsafe extern "C" fn(*mut c_void, i64),
+        pub resched: unsafe extern "C" fn(*mut c_void, i32) -> i32,
+        pub set_exclusive: unsafe extern "C" fn(*mut c_void, i32, i32) -> i32,
+        pub set_kind: unsafe extern "C" fn(*mut c_void, *const u8, usize),
+        pub reason: unsafe extern "C" fn(*mut c_void, *const u8, usize),
+        pub reply: unsafe extern "C" fn(*mut c_void, i32, i64, i64, *const u8, usize),
+        pub log: unsafe extern "C" fn(*mut c_void, i64, i64, *const u8, usize),
+    }
+
+    unsafe extern "C" fn no_task(_: *mut c_void, _: i32) -> i32 {
+        -3
+    }
+    unsafe extern "C" fn zero(_: *mut c_void, _: i32) -> i64 {
+        0
+    }
+    unsafe extern "C" fn none64(_: *mut c_void, _: i32) -> i64 {
+        -1
+    }
+    unsafe extern "C" fn none32(_: *mut c_void, _: i32) -> i32 {
+        -1
+    }
+    unsafe extern "C" fn no_sched(_: *mut c_void) -> i64 {
+        -1
+    }
+    unsafe extern "C" fn ok2(_: *mut c_void, _: i64, _: i64) -> i32 {
+        0
+    }
+    unsafe extern "C" fn nothing(_: *mut c_void, _: i64) {}
+    unsafe extern "C" fn ok1(_: *mut c_void, _: i32) -> i32 {
+        0
+    }
+    unsafe extern "C" fn ok_ii(_: *mut c_void, _: i32, _: i32) -> i32 {
+        0
+    }
+    unsafe extern "C" fn text(_: *mut c_void, _: *const u8, _: usize) {}
+    unsafe extern "C" fn reply(_: *mut c_void, _: i32, _: i64, _: i64, _: *const u8, _: usize) {}
+    unsafe extern "C" fn log(_: *mut c_void, _: i64, _: i64, _: *const u8, _: usize) {}
+
+    /// The stand-ins in force until the host hands its table.
+    pub const STANDIN: HostFns = HostFns {
+        abi: super::ABI_VERSION as u32,
+        size: std::mem::size_of::<HostFns>() as u32,
+        env: std::ptr::null_mut(),
+        state: no_task,
+        affinity: zero,
+        owner: none64,
+        last_cpu: none32,
+        running_on: none64,
+        sched_id: no_sched,
+        set_event: ok2,
+        cancel_event: nothing,
+        resched: ok1,
+        set_exclusive: ok_ii,
+        set_kind: text,
+        reason: text,
+        reply,
+        log,
+    };
+
+    pub(crate) static TABLE: super::Global<HostFns> = super::Global(std::cell::UnsafeCell::new(STANDIN));
+
+    /// Takes the host's table (the `vassal_native_host` export): 0 = accepted, −1 = the
+    /// table is of another ABI version or size.
+    ///
+    /// # Safety
+    /// `table` points to a valid [`HostFns`] whose functions stay callable with its `env`
+    /// for as long as the module is loaded.
+    pub unsafe fn set_host(table: *const HostFns) -> i32 {
+        if table.is_null() {
+            return -1;
+        }
+        let t = &*table;
+        if t.abi != super::ABI_VERSION as u32 || t.size as usize != std::mem::size_of::<HostFns>() {
+            return -1;
+        }
+        *TABLE.0.get() = *t;
+        0
+    }
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 #[allow(clippy::missing_safety_doc)]
 mod host {
-    pub unsafe extern "C" fn state(_: i32) -> i32 {
-        -3
+    use super::native::{HostFns, TABLE};
+
+    fn t() -> &'static HostFns {
+        // SAFETY: see `Global`; the table is written only by `set_host`, before any call.
+        unsafe { &*TABLE.0.get() }
     }
-    pub unsafe extern "C" fn affinity(_: i32) -> i64 {
-        0
+    pub unsafe fn state(task: i32) -> i32 {
+        (t().state)(t().env, task)
     }
-    pub unsafe extern "C" fn owner(_: i32) -> i64 {
-        -1
+    pub unsafe fn affinity(task: i32) -> i64 {
+        (t().affinity)(t().env, task)
     }
-    pub unsafe extern "C" fn last_cpu(_: i32) -> i32 {
-        -1
+    pub unsafe fn owner(task: i32) -> i64 {
+        (t().owner)(t().env, task)
     }
-    pub unsafe extern "C" fn running_on(_: i32) -> i64 {
-        -1
+    pub unsafe fn last_cpu(task: i32) -> i32 {
+        (t().last_cpu)(t().env, task)
     }
-    pub unsafe extern "C" fn sched_id() -> i64 {
-        -1
+    pub unsafe fn running_on(cpu: i32) -> i64 {
+        (t().running_on)(t().env, cpu)
     }
-    pub unsafe extern "C" fn set_event(_: i64, _: i64) -> i32 {
-        0
+    pub unsafe fn sched_id() -> i64 {
+        (t().sched_id)(t().env)
     }
-    pub unsafe extern "C" fn cancel_event(_: i64) {}
-    pub unsafe extern "C" fn resched(_: i32) -> i32 {
-        0
+    pub unsafe fn set_event(at: i64, token: i64) -> i32 {
+        (t().set_event)(t().env, at, token)
     }
-    pub unsafe extern "C" fn set_exclusive(_: i32, _: i32) -> i32 {
-        0
+    pub unsafe fn cancel_event(token: i64) {
+        (t().cancel_event)(t().env, token)
     }
-    pub unsafe extern "C" fn set_kind(_: i32, _: i32) {}
-    pub unsafe extern "C" fn reason(_: i32, _: i32) {}
-    pub unsafe extern "C" fn reply(_: i32, _: i64, _: i64, _: i32, _: i32) {}
-    pub unsafe extern "C" fn log(_: i64, _: i64, _: i32, _: i32) {}
+    pub unsafe fn resched(cpu: i32) -> i32 {
+        (t().resched)(t().env, cpu)
+    }
+    pub unsafe fn set_exclusive(task: i32, on: i32) -> i32 {
+        (t().set_exclusive)(t().env, task, on)
+    }
+    pub unsafe fn set_kind(ptr: *const u8, len: usize) {
+        (t().set_kind)(t().env, ptr, len)
+    }
+    pub unsafe fn reason(ptr: *const u8, len: usize) {
+        (t().reason)(t().env, ptr, len)
+    }
+    pub unsafe fn reply(kind: i32, a: i64, b: i64, ptr: *const u8, len: usize) {
+        (t().reply)(t().env, kind, a, b, ptr, len)
+    }
+    pub unsafe fn log(at: i64, task: i64, ptr: *const u8, len: usize) {
+        (t().log)(t().env, at, task, ptr, len)
+    }
 }
 
 /// The task view a module's `Ctx` reads: each query is a host call.
@@ -252,8 +372,8 @@ fn buffer_text(len: i32) -> String {
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
-fn send_str(f: unsafe extern "C" fn(i32, i32), s: &str) {
-    unsafe { f(s.as_ptr() as usize as i32, s.len() as i32) }
+fn send_str(f: impl FnOnce(*const u8, usize), s: &str) {
+    f(s.as_ptr(), s.len())
 }
 
 /// The runtime functions the generated exports call. Not for direct use.
@@ -265,16 +385,16 @@ pub mod rt {
         ABI_VERSION
     }
 
-    pub fn buffer(len: i32) -> i32 {
+    pub fn buffer(len: usize) -> *mut u8 {
         // SAFETY: see `Global`.
         let buf = unsafe { &mut *BUFFER.0.get() };
         buf.clear();
-        buf.resize(len.max(0) as usize, 0);
-        buf.as_mut_ptr() as usize as i32
+        buf.resize(len, 0);
+        buf.as_mut_ptr()
     }
 
-    pub fn mailbox() -> i32 {
-        MAILBOX.0.get() as usize as i32
+    pub fn mailbox() -> *mut u64 {
+        MAILBOX.0.get()
     }
 
     pub fn init(build: Builder, ncpus: i32, params_len: i32) -> i32 {
@@ -282,7 +402,7 @@ pub mod rt {
         let setup = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16));
         match setup {
             Ok(s) => {
-                send_str(host::set_kind, s.policy.kind());
+                send_str(|p, l| unsafe { host::set_kind(p, l) }, s.policy.kind());
                 // SAFETY: see `Global`.
                 unsafe {
                     *GUEST.0.get() = Some(Guest {
@@ -297,7 +417,7 @@ pub mod rt {
                 0
             }
             Err(e) => {
-                send_str(host::reason, &e);
+                send_str(|p, l| unsafe { host::reason(p, l) }, &e);
                 1
             }
         }
@@ -386,7 +506,7 @@ pub mod rt {
         match r {
             Some(Ok(())) | None => 0,
             Some(Err(e)) => {
-                send_str(host::reason, &e);
+                send_str(|p, l| unsafe { host::reason(p, l) }, &e);
                 1
             }
         }
@@ -448,16 +568,16 @@ pub mod rt {
         let reply = with(now, |p, ctx| Some(p.on_message(ctx, from, TaskId(task as u32), &req)));
         unsafe {
             match reply {
-                Some(Reply::Ok) | None => host::reply(0, 0, 0, 0, 0),
-                Some(Reply::Value(v)) => host::reply(1, v, 0, 0, 0),
-                Some(Reply::Fraction { num, den }) => host::reply(2, num as i64, den as i64, 0, 0),
+                Some(Reply::Ok) | None => host::reply(0, 0, 0, std::ptr::null(), 0),
+                Some(Reply::Value(v)) => host::reply(1, v, 0, std::ptr::null(), 0),
+                Some(Reply::Fraction { num, den }) => host::reply(2, num as i64, den as i64, std::ptr::null(), 0),
                 Some(Reply::Refused(why)) => send_str_reply(&why),
             }
         }
     }
 
     fn send_str_reply(why: &str) {
-        unsafe { host::reply(3, 0, 0, why.as_ptr() as usize as i32, why.len() as i32) }
+        unsafe { host::reply(3, 0, 0, why.as_ptr(), why.len()) }
     }
 
     pub fn pick(now: i64, cpu: i32) -> i64 {
@@ -490,7 +610,7 @@ pub mod rt {
         g.policy.drain_log(&mut out);
         for l in out {
             let task = l.task.map_or(-1, |t| t.0 as i64);
-            unsafe { host::log(l.at as i64, task, l.text.as_ptr() as usize as i32, l.text.len() as i32) };
+            unsafe { host::log(l.at as i64, task, l.text.as_ptr(), l.text.len()) };
         }
     }
 }
@@ -506,12 +626,18 @@ macro_rules! export_policy {
             $crate::rt::abi()
         }
         #[no_mangle]
-        pub extern "C" fn vassal_buffer(len: i32) -> i32 {
+        pub extern "C" fn vassal_buffer(len: usize) -> *mut u8 {
             $crate::rt::buffer(len)
         }
         #[no_mangle]
-        pub extern "C" fn vassal_mailbox() -> i32 {
+        pub extern "C" fn vassal_mailbox() -> *mut u64 {
             $crate::rt::mailbox()
+        }
+        /// The native form only: the host's function table, before any other call.
+        #[cfg(not(target_arch = "wasm32"))]
+        #[no_mangle]
+        pub unsafe extern "C" fn vassal_native_host(table: *const $crate::native::HostFns) -> i32 {
+            $crate::native::set_host(table)
         }
         #[no_mangle]
         pub extern "C" fn vassal_init(ncpus: i32, params_len: i32) -> i32 {
