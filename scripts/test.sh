@@ -5,11 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked
 # The policy SDK's example modules (sdk/, its own workspace), for the module tests and
-# the bench; they need rustup's wasm32 target.
+# the bench: as WebAssembly (they need rustup's wasm32 target) and as native shared
+# libraries for this machine.
 if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
 cargo build --release --locked --target wasm32-unknown-unknown --manifest-path sdk/Cargo.toml
+cargo build --release --locked --manifest-path sdk/Cargo.toml
 cargo test --release --locked --workspace
 ./target/release/vassal repro
 ./target/release/vassal bench --quick

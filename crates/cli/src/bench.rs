@@ -19,17 +19,33 @@ pub struct Bench {
     pub events_per_sec: f64,
     /// policy → size → ns per decision
     pub decision_ns: BTreeMap<String, BTreeMap<usize, f64>>,
-    /// Loaded module against built-in, for "bvt" and "rr": kind → size → (built-in ns,
-    /// module ns); empty when the modules are not built (sdk/ needs the wasm32 target).
-    pub module_cost: BTreeMap<String, BTreeMap<usize, (f64, f64)>>,
+    /// Loaded module against built-in, for "bvt" and "rr": kind → size → costs; empty
+    /// when no module form is built (scripts/test.sh builds both).
+    pub module_cost: BTreeMap<String, BTreeMap<usize, ModuleCost>>,
+}
+
+/// ns per decision of one policy at one size: built-in, and each module form that is built.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModuleCost {
+    pub builtin: f64,
+    /// The WebAssembly module, in the wasmi sandbox.
+    pub wasm: Option<f64>,
+    /// The native shared library (trusted, not sandboxed).
+    pub native: Option<f64>,
 }
 
 /// Sizes of the loaded-versus-built-in comparison.
 pub const MODULE_SIZES: [usize; 2] = [10, 1_000];
 
-/// Where the SDK's example module `name` is built (scripts/test.sh builds them).
-fn module_path(name: &str) -> Option<std::path::PathBuf> {
-    let rel = format!("sdk/target/wasm32-unknown-unknown/release/vassal_module_{name}.wasm");
+/// Where the SDK's example module `name` is built (scripts/test.sh builds them): the
+/// WebAssembly form, or (`native`) the host-target shared library.
+fn module_path(name: &str, native: bool) -> Option<std::path::PathBuf> {
+    let rel = if native {
+        let (pre, suf) = (std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+        format!("sdk/target/release/{pre}vassal_module_{name}{suf}")
+    } else {
+        format!("sdk/target/wasm32-unknown-unknown/release/vassal_module_{name}.wasm")
+    };
     let rel = rel.as_str();
     let candidates = [std::path::PathBuf::from(rel), std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)];
     candidates.into_iter().find(|p| p.is_file())
@@ -37,8 +53,9 @@ fn module_path(name: &str) -> Option<std::path::PathBuf> {
 
 /// The cost of one decision (as in `decision_cost`) with BVT *loaded above* a round-robin
 /// default that has no tasks of its own — Vassal's Table 1 setting — either as the
-/// built-in policy or as the SDK's BVT module (the same source compiled to WebAssembly,
-/// run by wasmi). `n` runnable tasks joined the BVT scheduler.
+/// built-in policy or as the SDK's module (for BVT the same source; a WebAssembly module
+/// run by wasmi, or a native shared library — the form is told from the file). `n`
+/// runnable tasks joined the scheduler.
 fn loaded_cost(kind: &str, module: Option<&std::path::Path>, n: usize, iters: u32) -> Result<f64> {
     use vassal_core::{Position, Request, Sender, Usage};
     let rr = vassal_policies::build("rr", &BTreeMap::new()).map_err(anyhow::Error::msg)?;
@@ -48,7 +65,7 @@ fn loaded_cost(kind: &str, module: Option<&std::path::Path>, n: usize, iters: u3
         None => vassal_policies::build(kind, &BTreeMap::new()).map_err(anyhow::Error::msg)?,
         Some(path) => {
             let opts = vassal_module::LoadOptions::default();
-            Box::new(vassal_module::WasmPolicy::from_file(path, 1, &opts.params, opts.limits)?)
+            vassal_module::open_file(path, 1, &opts.params, opts.limits)?.policy
         }
     };
     let id = d.register(kind, bvt, usage, Position::Top)?;
@@ -175,16 +192,25 @@ pub fn run(quick: bool) -> Result<Bench> {
     }
     let mut module_cost = BTreeMap::new();
     for kind in ["bvt", "rr"] {
-        let Some(path) = module_path(kind) else { continue };
+        let (wasm, native) = (module_path(kind, false), module_path(kind, true));
+        if wasm.is_none() && native.is_none() {
+            continue;
+        }
         let mut m = BTreeMap::new();
         for n in MODULE_SIZES {
-            // Interleaved, so a change in machine load hits both sides alike.
-            let (mut b, mut w) = (Vec::new(), Vec::new());
+            // Interleaved, so a change in machine load hits every form alike.
+            let (mut b, mut w, mut x) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 b.push(loaded_cost(kind, None, n, iters)?);
-                w.push(loaded_cost(kind, Some(&path), n, iters)?);
+                if let Some(p) = &wasm {
+                    w.push(loaded_cost(kind, Some(p), n, iters)?);
+                }
+                if let Some(p) = &native {
+                    x.push(loaded_cost(kind, Some(p), n, iters)?);
+                }
             }
-            m.insert(n, (median(b), median(w)));
+            let opt = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
+            m.insert(n, ModuleCost { builtin: median(b), wasm: opt(w), native: opt(x) });
         }
         module_cost.insert(kind.to_string(), m);
     }
@@ -207,8 +233,14 @@ impl Bench {
             .map(|(k, m)| {
                 let by: serde_json::Map<String, serde_json::Value> = m
                     .iter()
-                    .map(|(n, (b, w))| {
-                        (n.to_string(), serde_json::json!({ "builtin": r(*b), "module": r(*w), "ratio": (w / b * 100.0).round() / 100.0 }))
+                    .map(|(n, c)| {
+                        let ratio = |x: Option<f64>| x.map(|x| (x / c.builtin * 100.0).round() / 100.0);
+                        let v = serde_json::json!({
+                            "builtin": r(c.builtin),
+                            "wasm": c.wasm.map(r), "wasm_ratio": ratio(c.wasm),
+                            "native": c.native.map(r), "native_ratio": ratio(c.native),
+                        });
+                        (n.to_string(), v)
                     })
                     .collect();
                 (k.clone(), serde_json::Value::Object(by))
@@ -226,15 +258,25 @@ impl Bench {
             let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", k, m[&10], m[&1000], m[&100_000], m[&100_000] / m[&10]);
         }
         let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", "worst", self.worst(10), self.worst(1000), self.worst(100_000), self.worst(100_000) / self.worst(10));
-        let _ = writeln!(o, "\nloaded scheduler (above an idle rr default): ns per decision, built-in vs the same policy as an SDK module (wasmi)");
+        let _ = writeln!(
+            o,
+            "\nloaded scheduler (above an idle rr default): ns per decision, built-in vs the same policy as an SDK module,\n\
+             sandboxed (WebAssembly in wasmi) and native (a trusted shared library)"
+        );
         if self.module_cost.is_empty() {
-            let _ = writeln!(o, "  (modules not built: cargo build --release --target wasm32-unknown-unknown --manifest-path sdk/Cargo.toml)");
+            let _ = writeln!(o, "  (modules not built: cargo build --release [--target wasm32-unknown-unknown] --manifest-path sdk/Cargo.toml)");
         } else {
-            let _ = writeln!(o, "{:<8} {:>8} {:>10} {:>10} {:>10}", "policy", "tasks", "built-in", "module", "ratio");
+            let _ = writeln!(o, "{:<8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}", "policy", "tasks", "built-in", "wasm", "ratio", "native", "ratio");
         }
+        let cell = |x: Option<f64>, b: f64| match x {
+            Some(x) => (format!("{x:.1}"), format!("{:.2}x", x / b)),
+            None => ("-".to_string(), "-".to_string()),
+        };
         for (k, m) in &self.module_cost {
-            for (n, (b, w)) in m {
-                let _ = writeln!(o, "{:<8} {:>8} {:>10.1} {:>10.1} {:>9.2}x", k, n, b, w, w / b);
+            for (n, c) in m {
+                let (w, wr) = cell(c.wasm, c.builtin);
+                let (x, xr) = cell(c.native, c.builtin);
+                let _ = writeln!(o, "{:<8} {:>6} {:>10.1} {:>10} {:>8} {:>10} {:>8}", k, n, c.builtin, w, wr, x, xr);
             }
         }
         o
