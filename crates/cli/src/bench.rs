@@ -28,7 +28,7 @@ pub struct Bench {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ModuleCost {
     pub builtin: f64,
-    /// The WebAssembly module, in the wasmi sandbox.
+    /// The WebAssembly module, in the wasmtime sandbox.
     pub wasm: Option<f64>,
     /// The native shared library (trusted, not sandboxed).
     pub native: Option<f64>,
@@ -54,7 +54,7 @@ fn module_path(name: &str, native: bool) -> Option<std::path::PathBuf> {
 /// The cost of one decision (as in `decision_cost`) with BVT *loaded above* a round-robin
 /// default that has no tasks of its own — Vassal's Table 1 setting — either as the
 /// built-in policy or as the SDK's module (for BVT the same source; a WebAssembly module
-/// run by wasmi, or a native shared library — the form is told from the file). `n`
+/// compiled by wasmtime, or a native shared library — the form is told from the file). `n`
 /// runnable tasks joined the scheduler.
 fn loaded_cost(kind: &str, module: Option<&std::path::Path>, n: usize, iters: u32) -> Result<f64> {
     use vassal_core::{Position, Request, Sender, Usage};
@@ -261,7 +261,7 @@ impl Bench {
         let _ = writeln!(
             o,
             "\nloaded scheduler (above an idle rr default): ns per decision, built-in vs the same policy as an SDK module,\n\
-             sandboxed (WebAssembly in wasmi) and native (a trusted shared library)"
+             sandboxed (WebAssembly in wasmtime) and native (a trusted shared library)"
         );
         if self.module_cost.is_empty() {
             let _ = writeln!(o, "  (modules not built: cargo build --release [--target wasm32-unknown-unknown] --manifest-path sdk/Cargo.toml)");

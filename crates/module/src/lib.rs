@@ -3,8 +3,9 @@
 //! A policy written against vassal's policy interface with the SDK (`sdk/vassal-sdk`) and
 //! compiled to WebAssembly is loaded at run time into a running [`Dispatcher`] — above or
 //! below a named scheduler, like Vassal's loadable scheduler drivers (paper 000 §3–4) —
-//! and unloaded again. The module runs in a wasmi sandbox ([`WasmPolicy`]): a fuel budget
-//! per call, a memory limit, and no access to anything but the ABI's imports. The same
+//! and unloaded again. The module runs in a wasmtime sandbox ([`WasmPolicy`], compiled by
+//! Cranelift): a fuel budget per call, a memory limit, and no access to anything but the
+//! ABI's imports. The same
 //! SDK source built for the host target is a *native* module ([`NativePolicy`], a shared
 //! library with a C ABI): as fast as a built-in policy, but trusted — not sandboxed, as
 //! Vassal's drivers were not ([`Backend`] tells the two apart from the file). The

@@ -1,5 +1,6 @@
 //! The WebAssembly host: [`WasmPolicy`] runs a module as a `vassal_core::Policy`, in a
-//! wasmi sandbox with a fuel budget per call and a memory limit.
+//! wasmtime sandbox (compiled by Cranelift) with a fuel budget per call and a memory
+//! limit. docs/modules.md ("Cost") says why wasmtime and not an interpreter.
 //!
 //! Containment (issue 8, after sched_ext): the adapter catches every trap, fuel
 //! exhaustion and memory denial, turns the module inert (`pick` answers `None`, callbacks
@@ -9,12 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
     Request, Sender, TaskId, Usage, Wake,
 };
-use wasmi::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
+use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
 use crate::abi::*;
 use crate::glue;
@@ -22,15 +24,16 @@ use crate::glue;
 /// Resource limits of one loaded module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Fuel (roughly one unit per WebAssembly instruction executed) for one call.
+    /// Fuel (wasmtime: about one unit per WebAssembly instruction executed, so the same
+    /// module runs out at the same point in every run) for one call.
     pub fuel_per_call: u64,
     /// The most linear memory the module may have, in bytes.
     pub memory_bytes: usize,
 }
 
 impl Default for Limits {
-    /// 10 million instructions per call (a few ms in wasmi on this machine; a BVT
-    /// decision takes a few thousand), and 16 MiB of memory.
+    /// 10 million fuel units per call (a few ms; a BVT decision takes a few thousand),
+    /// and 16 MiB of memory.
     fn default() -> Self {
         Limits { fuel_per_call: 10_000_000, memory_bytes: 16 << 20 }
     }
@@ -96,15 +99,15 @@ impl Host {
     }
 }
 
-impl wasmi::ResourceLimiter for Host {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool, wasmi_core::LimiterError> {
+impl wasmtime::ResourceLimiter for Host {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.memory_denied = true;
             return Ok(false);
         }
         Ok(true)
     }
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool, wasmi_core::LimiterError> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 65_536)
     }
     fn instances(&self) -> usize {
@@ -204,6 +207,40 @@ struct Exports {
     mailbox: usize,
 }
 
+/// The engine every module runs in (fuel metering on), made once per process.
+fn engine() -> Result<&'static Engine, LoadError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::default();
+            config.consume_fuel(true);
+            Engine::new(&config).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LoadError::Invalid(format!("cannot start the WebAssembly engine: {e}")))
+}
+
+/// Compiles `bytes` (Cranelift: about a second for the BVT example on this machine), or
+/// reuses the compiled module of identical bytes loaded before in this process (a
+/// scenario is probed when parsed and loaded again when run; tests load the same
+/// examples many times). A compiled module holds no state: each load instantiates it in
+/// a store of its own.
+fn compiled(bytes: &[u8]) -> Result<(&'static Engine, Module), LoadError> {
+    static CACHE: Mutex<Vec<(Vec<u8>, Module)>> = Mutex::new(Vec::new());
+    const KEEP: usize = 16;
+    let engine = engine()?;
+    if let Some((_, m)) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(b, _)| b == bytes) {
+        return Ok((engine, m.clone()));
+    }
+    let module = Module::new(engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= KEEP {
+        cache.remove(0);
+    }
+    cache.push((bytes.to_vec(), module.clone()));
+    Ok((engine, module))
+}
+
 /// A loaded module running as a scheduling policy. See the module documentation.
 pub struct WasmPolicy {
     store: Store<Host>,
@@ -214,18 +251,16 @@ pub struct WasmPolicy {
     label: String,
 }
 
-fn describe_error(e: &wasmi::Error, limits: &Limits, memory_denied: bool) -> String {
+fn describe_error(e: &wasmtime::Error, limits: &Limits, memory_denied: bool) -> String {
     if memory_denied {
         return format!("exceeded its memory limit ({} bytes)", limits.memory_bytes);
     }
-    // A fuel check that fails before the call starts is an error, not a trap.
-    let out_of_fuel = e.as_trap_code() == Some(wasmi::TrapCode::OutOfFuel) || e.to_string().contains("out of fuel");
-    match e.as_trap_code() {
-        _ if out_of_fuel => {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => {
             format!("ran past its time budget ({} fuel units in one call)", limits.fuel_per_call)
         }
-        Some(code) => format!("trapped: {code}"),
-        None => format!("failed: {e}"),
+        Some(code) => format!("trapped: {}", code.to_string().trim_start_matches("wasm trap: ")),
+        None => format!("failed: {e:#}"),
     }
 }
 
@@ -252,10 +287,7 @@ impl WasmPolicy {
         params: &BTreeMap<String, ModuleParam>,
         limits: Limits,
     ) -> Result<WasmPolicy, LoadError> {
-        let mut config = Config::default();
-        config.consume_fuel(true);
-        let engine = Engine::new(&config);
-        let module = Module::new(&engine, bytes).map_err(|e| LoadError::Invalid(e.to_string()))?;
+        let (engine, module) = compiled(bytes)?;
         let host = Host {
             ctx: CtxPtr(std::ptr::null_mut()),
             memory: None,
@@ -268,12 +300,12 @@ impl WasmPolicy {
             abi_fault: None,
         };
         let mut store = Store::new(&engine, host);
-        store.limiter(|h| h as &mut dyn wasmi::ResourceLimiter);
+        store.limiter(|h| h as &mut dyn wasmtime::ResourceLimiter);
         store.set_fuel(limits.fuel_per_call).map_err(|e| LoadError::Invalid(e.to_string()))?;
-        let instance = linker(&engine)
-            .instantiate_and_start(&mut store, &module)
+        let instance = linker(engine)
+            .instantiate(&mut store, &module)
             .map_err(|e| LoadError::Abi(describe_error(&e, &limits, store.data().memory_denied)))?;
-        let memory = match instance.get_export(&store, "memory") {
+        let memory = match instance.get_export(&mut store, "memory") {
             Some(Extern::Memory(m)) => m,
             _ => return Err(LoadError::Abi("it exports no memory named 'memory'".into())),
         };
@@ -281,13 +313,13 @@ impl WasmPolicy {
         macro_rules! req {
             ($name:literal) => {
                 instance
-                    .get_typed_func(&store, $name)
+                    .get_typed_func(&mut store, $name)
                     .map_err(|e| LoadError::Abi(format!("export '{}': {e}", $name)))?
             };
         }
         macro_rules! opt {
             ($name:literal) => {
-                match instance.get_export(&store, $name) {
+                match instance.get_export(&mut store, $name) {
                     None => None,
                     Some(_) => Some(req!($name)),
                 }
@@ -323,7 +355,7 @@ impl WasmPolicy {
         };
         let mut p = WasmPolicy { store, ex, limits, usage: Usage::BestEffort, fault: None, label: label.to_string() };
         let bytes = glue::encode_params(params)?;
-        let fail = |p: &WasmPolicy, e: wasmi::Error| LoadError::Init(describe_error(&e, &p.limits, p.store.data().memory_denied));
+        let fail = |p: &WasmPolicy, e: wasmtime::Error| LoadError::Init(describe_error(&e, &p.limits, p.store.data().memory_denied));
         p.store.set_fuel(limits.fuel_per_call).ok();
         let ptr = p.write_buffer(&bytes).map_err(|e| fail(&p, e))?;
         let _ = ptr;
@@ -353,23 +385,23 @@ impl WasmPolicy {
         &self.label
     }
 
-    /// Always true: a WebAssembly module runs in wasmi's sandbox.
+    /// Always true: a WebAssembly module runs in wasmtime's sandbox.
     pub fn sandboxed(&self) -> bool {
         true
     }
 
     /// Copies `bytes` into the buffer the module hands out; returns its address.
-    fn write_buffer(&mut self, bytes: &[u8]) -> Result<usize, wasmi::Error> {
+    fn write_buffer(&mut self, bytes: &[u8]) -> Result<usize, wasmtime::Error> {
         let ptr = self.ex.buffer.call(&mut self.store, bytes.len() as i32)?;
         let mem = self.store.data().memory.expect("set at load");
-        let ptr = usize::try_from(ptr).map_err(|_| wasmi::Error::new("vassal_buffer returned a negative address"))?;
-        mem.write(&mut self.store, ptr, bytes).map_err(|e| wasmi::Error::new(format!("vassal_buffer: {e}")))?;
+        let ptr = usize::try_from(ptr).map_err(|_| wasmtime::Error::msg("vassal_buffer returned a negative address"))?;
+        mem.write(&mut self.store, ptr, bytes).map_err(|e| wasmtime::Error::msg(format!("vassal_buffer: {e}")))?;
         Ok(ptr)
     }
 
     /// Runs `f` (one call into the module) with `ctx` visible to the host functions and a
     /// fresh fuel budget. A failure makes the module inert for good.
-    fn enter<R>(&mut self, ctx: &mut Ctx, f: impl FnOnce(&mut Self) -> Result<R, wasmi::Error>) -> Option<R> {
+    fn enter<R>(&mut self, ctx: &mut Ctx, f: impl FnOnce(&mut Self) -> Result<R, wasmtime::Error>) -> Option<R> {
         if self.fault.is_some() {
             return None;
         }
@@ -415,7 +447,7 @@ impl Policy for WasmPolicy {
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.attach else { return Ok(()) };
+        let Some(f) = self.ex.attach.clone() else { return Ok(()) };
         let state = glue::state_code(info.state);
         let bytes = glue::encode_task_params(info.params);
         let parent = info.parent.map_or(-1, |p| p.0 as i64);
@@ -435,58 +467,58 @@ impl Policy for WasmPolicy {
 
     fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.detach else { return };
+        let Some(f) = self.ex.detach.clone() else { return };
         let why = glue::detach_code(why);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), why)));
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.wake else { return };
+        let Some(f) = self.ex.wake.clone() else { return };
         let (flags, irq) = glue::wake_args(wake);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), flags, irq)));
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.block else { return };
+        let Some(f) = self.ex.block.clone() else { return };
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), i32::from(block.voluntary))));
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.dispatch else { return };
+        let Some(f) = self.ex.dispatch.clone() else { return };
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), cpu.0 as i32)));
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.preempt else { return };
+        let Some(f) = self.ex.preempt.clone() else { return };
         let why = glue::preempt_code(why);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), cpu.0 as i32, why)));
     }
 
     fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.run else { return };
+        let Some(f) = self.ex.run.clone() else { return };
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), cpu.0 as i32, ran as i64)));
     }
 
     fn on_tick(&mut self, ctx: &mut Ctx, cpu: CpuId) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.tick else { return };
+        let Some(f) = self.ex.tick.clone() else { return };
         self.enter(ctx, |p| f.call(&mut p.store, (now, cpu.0 as i32)));
     }
 
     fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.event else { return };
+        let Some(f) = self.ex.event.clone() else { return };
         self.enter(ctx, |p| f.call(&mut p.store, (now, token as i64)));
     }
 
     fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.message else {
+        let Some(f) = self.ex.message.clone() else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
         let Some((kind, a, b, c, util, name)) = glue::message_args(req) else {
@@ -509,7 +541,7 @@ impl Policy for WasmPolicy {
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         let now = ctx.now() as i64;
-        let f = self.ex.pick;
+        let f = self.ex.pick.clone();
         let t = self.enter(ctx, |p| f.call(&mut p.store, (now, cpu.0 as i32)))?;
         if t < 0 {
             return None;
@@ -522,14 +554,14 @@ impl Policy for WasmPolicy {
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, d: Decision, why: Refusal) {
         let now = ctx.now() as i64;
-        let Some(f) = self.ex.refused else { return };
+        let Some(f) = self.ex.refused.clone() else { return };
         let (why, at) = glue::refusal_args(why);
         let slice = d.slice.map_or(-1, |s| s as i64);
         self.enter(ctx, |p| f.call(&mut p.store, (now, cpu.0 as i32, task_arg(d.task), slice, why, at)));
     }
 
     fn drain_log(&mut self, out: &mut Vec<PolicyLog>) {
-        if let (Some(f), None) = (self.ex.drain_log, &self.fault) {
+        if let (Some(f), None) = (self.ex.drain_log.clone(), &self.fault) {
             let _ = self.store.set_fuel(self.limits.fuel_per_call);
             if let Err(e) = f.call(&mut self.store, ()) {
                 self.fault = Some(describe_error(&e, &self.limits, self.store.data().memory_denied));
