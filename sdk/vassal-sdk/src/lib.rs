@@ -27,6 +27,9 @@
 //!
 //! Build with `cargo build --release --target wasm32-unknown-unknown`; load the `.wasm`
 //! with `vassal sim SCENARIO --load FILE --name N` (docs/modules.md has the whole loop).
+//! Built for the host target instead, the same crate is a native shared library: no
+//! sandbox, a decision as cheap as a built-in policy's, for trusted policies only
+//! ([`native`], docs/modules.md "Native modules").
 //! The module is sandboxed and distrusted: a trap (a panic included), a call running past
 //! its fuel budget, memory past its limit, an invalid decision, or a runnable task left
 //! unserved past the watchdog gets it ejected, and its tasks go to the scheduler below.
@@ -634,6 +637,9 @@ macro_rules! export_policy {
             $crate::rt::mailbox()
         }
         /// The native form only: the host's function table, before any other call.
+        ///
+        /// # Safety
+        /// `table` points to a valid `HostFns` (see `vassal_sdk::native::set_host`).
         #[cfg(not(target_arch = "wasm32"))]
         #[no_mangle]
         pub unsafe extern "C" fn vassal_native_host(table: *const $crate::native::HostFns) -> i32 {
