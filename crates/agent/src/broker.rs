@@ -11,7 +11,8 @@
 //! - a task parameter may be set to at most its ceiling from the config, or lowered below
 //!   its current value (BVT §6.3.2: "users can lower but not raise" — the nice rule); a
 //!   parameter without a ceiling is root's only;
-//! - registering and unregistering schedulers is root's only.
+//! - registering and unregistering schedulers, and loading and unloading modules, is
+//!   root's only.
 //!
 //! Priority inversion: the broker runs at SCHED_OTHER (admission tests may take variable
 //! time, paper 002 §2.2), but the agent's state is shared with the real-time dispatcher.
@@ -205,6 +206,9 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
     if matches!(call, Call::Register { .. } | Call::Unregister { .. }) && caller.uid != 0 {
         return Answer::refused("only root may register or unregister schedulers");
     }
+    if matches!(call, Call::Load { .. } | Call::Unload { .. }) && caller.uid != 0 {
+        return Answer::refused("only root may load or unload modules");
+    }
     let now = kernel::now_ns;
     match call {
         Call::Join { pid, sched, params } => shared.run(|a| {
@@ -255,6 +259,24 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
             shared.run(|a| Ok(a.register(now(), &name, &kind, &params, &usage, above.as_deref())))
         }
         Call::Unregister { name } => shared.run(|a| Ok(a.unregister(now(), &name))),
+        Call::Load { path, name, above, below, params, watchdog_ns } => {
+            let place = match (above, below) {
+                (Some(_), Some(_)) => return Answer::refused("give --above or --below, not both"),
+                (Some(a), None) => vassal_module::Placement::Above(a),
+                (None, Some(b)) => vassal_module::Placement::Below(b),
+                (None, None) => vassal_module::Placement::Top,
+            };
+            if !std::path::Path::new(&path).is_absolute() {
+                return Answer::refused(format!("module path '{path}' is not absolute (the agent does not share the caller's directory)"));
+            }
+            let watchdog = match watchdog_ns {
+                None => Some(vassal_module::DEFAULT_WATCHDOG),
+                Some(0) => None,
+                Some(w) => Some(w),
+            };
+            shared.run(|a| Ok(a.load(now(), &path, &name, &place, &params, watchdog)))
+        }
+        Call::Unload { name } => shared.run(|a| Ok(a.unload(now(), &name))),
         Call::Status => {
             let dcpu = shared.dispatcher_cpu_ns.load(Ordering::Relaxed);
             shared.run(|a| {
@@ -269,6 +291,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     managed: a.managed(),
                     ledger_records: a.ledger_records(),
                     kernel_errors: a.kernel_errors,
+                    ejections: a.ejections(),
                 }))
             })
         }

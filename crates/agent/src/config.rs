@@ -23,6 +23,12 @@
 //! kind = "timed"
 //! params = { lead = "200us" }
 //! usage = { hard_time = { util = 0.2, cpus = [0, 1] } }
+//!
+//! [[scheduler]]              # a policy module (docs/modules.md): it declares its usage
+//! name = "proto"
+//! module = "modules/stride.wasm"   # relative to this file's directory
+//! params = { quantum = "5ms" }
+//! watchdog = "1s"
 //! ```
 
 use std::collections::BTreeMap;
@@ -30,6 +36,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS};
+#[cfg(test)]
+use vassal_core::SEC;
 use vassal_policies::ParamValue;
 
 /// A policy parameter as written in TOML or JSON.
@@ -94,21 +102,57 @@ impl UsageSpec {
     }
 }
 
-/// A scheduler loaded at start.
+/// A scheduler loaded at start: a built-in policy (`kind`, with its declared `usage`) or
+/// a policy module (`module` = a WebAssembly file, docs/modules.md; it declares its own
+/// usage, and is contained with `watchdog`, default 1 s, "0s" for none).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedSpec {
     pub name: String,
+    /// The built-in policy ("" when `module` is given).
+    #[serde(default)]
     pub kind: String,
+    /// A module file instead of a built-in kind; a relative path is relative to the
+    /// config file's directory ([`Config::load`] resolves it).
+    #[serde(default)]
+    pub module: Option<String>,
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
-    pub usage: UsageSpec,
+    /// Required for a built-in kind; not allowed for a module.
+    #[serde(default)]
+    pub usage: Option<UsageSpec>,
+    /// A module's containment watchdog, e.g. "1s".
+    #[serde(default)]
+    pub watchdog: Option<String>,
+}
+
+impl SchedSpec {
+    /// The declared usage of a built-in scheduler.
+    pub fn usage(&self) -> Result<&UsageSpec, String> {
+        self.usage.as_ref().ok_or_else(|| format!("scheduler '{}': no usage declared", self.name))
+    }
+
+    /// A module's watchdog in ns (None: no watchdog); the default is 1 s.
+    pub fn watchdog_ns(&self) -> Result<Option<Ns>, String> {
+        match &self.watchdog {
+            None => Ok(Some(vassal_module::DEFAULT_WATCHDOG)),
+            Some(w) => {
+                let ns = parse_duration(w).map_err(|e| format!("scheduler '{}': watchdog: {e}", self.name))?;
+                Ok((ns > 0).then_some(ns))
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DefaultSpec {
+    #[serde(default)]
     pub kind: String,
+    /// Refused with the reason: the default scheduler cannot be a module (see
+    /// [`Config::from_toml`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
 }
@@ -177,7 +221,15 @@ impl Default for Config {
 impl Config {
     pub fn load(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let mut cfg = Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        // A module's path is relative to the config file's directory.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for s in &mut cfg.schedulers {
+            if let Some(m) = s.module.as_mut().filter(|m| Path::new(m.as_str()).is_relative()) {
+                *m = dir.join(&*m).to_string_lossy().into_owned();
+            }
+        }
+        Ok(cfg)
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
@@ -221,12 +273,38 @@ impl Config {
         // running elsewhere), so its default charges per 1 ms, and allows C = 20 ms.
         let default = raw.default.unwrap_or_else(|| DefaultSpec {
             kind: "bvt".into(),
+            module: None,
             params: [("mcu".to_string(), Value::Str("1ms".into())), ("c".to_string(), Value::Str("20ms".into()))].into(),
         });
+        // A module is contained: when it fails it is ejected and its tasks go to the
+        // scheduler below it. The default scheduler has nothing below it, so the
+        // hierarchy refuses to contain it (`Dispatcher::contain`); a module goes in a
+        // [[scheduler]] above it instead.
+        if let Some(m) = &default.module {
+            return Err(format!(
+                "default: module \"{m}\": the default scheduler cannot be a module (a module is ejected into the scheduler below it when it fails, and nothing is below the default); load it as a [[scheduler]] above the default"
+            ));
+        }
         // Build once to check kinds and parameters now, with their names in the error.
         vassal_policies::build(&default.kind, &to_params(&default.params)).map_err(|e| format!("default: {e}"))?;
         for s in &raw.scheduler {
-            vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            match (&s.module, s.kind.is_empty()) {
+                (Some(_), false) => return Err(format!("scheduler '{}': give either kind or module, not both", s.name)),
+                (Some(_), true) if s.usage.is_some() => {
+                    return Err(format!("scheduler '{}': a module declares its own usage; remove the usage key", s.name))
+                }
+                (Some(_), true) => {
+                    s.watchdog_ns()?;
+                }
+                (None, true) => return Err(format!("scheduler '{}': needs a kind (a built-in policy) or a module (a file)", s.name)),
+                (None, false) => {
+                    if s.watchdog.is_some() {
+                        return Err(format!("scheduler '{}': watchdog applies to modules only", s.name));
+                    }
+                    s.usage()?;
+                    vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+                }
+            }
         }
         Ok(Config {
             socket: raw.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
@@ -270,6 +348,31 @@ mod tests {
     }
 
     #[test]
+    fn module_schedulers_are_checked_by_name() {
+        let c = Config::from_toml("[[scheduler]]\nname = \"m\"\nmodule = \"/x/rr.wasm\"\nparams = { reserved = 0.2 }\nwatchdog = \"2s\"").unwrap();
+        assert_eq!(c.schedulers[0].module.as_deref(), Some("/x/rr.wasm"));
+        assert_eq!(c.schedulers[0].watchdog_ns(), Ok(Some(2 * SEC)));
+        let e = Config::from_toml("[[scheduler]]\nname = \"m\"\nmodule = \"x.wasm\"\nusage = { reserved = { cpus = 0.1 } }").unwrap_err();
+        assert!(e.contains("scheduler 'm'") && e.contains("declares its own usage"), "{e}");
+        let e = Config::from_toml("[[scheduler]]\nname = \"m\"\nkind = \"rr\"\nmodule = \"x.wasm\"").unwrap_err();
+        assert!(e.contains("either kind or module"), "{e}");
+        let e = Config::from_toml("[[scheduler]]\nname = \"m\"").unwrap_err();
+        assert!(e.contains("needs a kind"), "{e}");
+        let e = Config::from_toml("[[scheduler]]\nname = \"m\"\nkind = \"rr\"").unwrap_err();
+        assert!(e.contains("no usage declared"), "{e}");
+        let e = Config::from_toml("[default]\nmodule = \"x.wasm\"").unwrap_err();
+        assert!(e.contains("default scheduler cannot be a module"), "{e}");
+        // A relative module path is relative to the config file.
+        let dir = std::env::temp_dir().join(format!("vassal-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("a.toml");
+        std::fs::write(&f, "[[scheduler]]\nname = \"m\"\nmodule = \"mods/rr.wasm\"").unwrap();
+        let c = Config::load(&f).unwrap();
+        assert_eq!(c.schedulers[0].module.as_deref(), Some(dir.join("mods/rr.wasm").to_str().unwrap()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn reads_ceilings_and_schedulers() {
         let c = Config::from_toml(
             "[ceilings]\nweight = 4\nwarp = \"20ms\"\n[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nusage = { hard_time = { util = 0.2, cpus = [0] } }",
@@ -277,6 +380,6 @@ mod tests {
         .unwrap();
         assert_eq!(c.ceilings["weight"], 4);
         assert_eq!(c.ceilings["warp"], 20 * MS as i64);
-        assert_eq!(c.schedulers[0].usage.to_usage(2).unwrap(), Usage::HardTime { cpus: CpuSet(1), util_ppm: 200_000 });
+        assert_eq!(c.schedulers[0].usage().unwrap().to_usage(2).unwrap(), Usage::HardTime { cpus: CpuSet(1), util_ppm: 200_000 });
     }
 }

@@ -50,7 +50,7 @@ use vassal_core::{
 use crate::config::{to_params, BestEffortRun, Config};
 use crate::guardian::{Ledger, Slot};
 use crate::kernel::{self, CpuClock, Mask, StatFile, RESET_ON_FORK};
-use crate::wire::{Answer, SchedRow, TaskRow};
+use crate::wire::{Answer, EjectionRow, SchedRow, TaskRow};
 
 /// How often the threads of a managed process are re-listed.
 pub const RESCAN: Ns = 250 * MS;
@@ -139,6 +139,35 @@ pub struct Agent {
     trace: Option<std::io::BufWriter<std::fs::File>>,
     /// `vassal agent --trace FILE`: the decisions as a Chrome trace (crate::chrome).
     chrome: Option<crate::chrome::ChromeTrace>,
+    /// Loaded policy modules (issue 8), by scheduler name: the file each came from.
+    modules: BTreeMap<String, String>,
+    /// Modules ejected (the last [`MAX_EJECTIONS`]), oldest first, for `status`.
+    ejections: VecDeque<EjectionRow>,
+}
+
+/// How many ejections `status` remembers.
+pub const MAX_EJECTIONS: usize = 64;
+
+/// A module's scheduler-level parameters as given in the config or on the wire.
+fn module_params(p: &BTreeMap<String, crate::config::Value>) -> BTreeMap<String, vassal_module::ModuleParam> {
+    use crate::config::Value;
+    use vassal_module::ModuleParam;
+    p.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Bool(b) => ModuleParam::Bool(*b),
+                Value::Int(i) => ModuleParam::Int(*i),
+                Value::Float(f) => ModuleParam::Float(*f),
+                Value::Str(s) => ModuleParam::Str(s.clone()),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// "KIND, USAGE" of scheduler `name`, for the agent's log.
+fn describe_sched(disp: &Dispatcher, name: &str) -> String {
+    disp.schedulers().into_iter().find(|s| s.name == name).map_or_else(String::new, |s| format!("{}, {}", s.kind, s.usage.describe()))
 }
 
 /// What went wrong setting the agent up.
@@ -158,14 +187,26 @@ impl Agent {
         let be_ppm = ((1.0 - cfg.rt_fraction) * ncpus as f64 * CPU_PPM as f64).round() as u64;
         let hcfg = HierarchyConfig { min_best_effort_ppm: Some(be_ppm) };
         let mut disp = Dispatcher::new(ncpus, &cfg.default.kind, default, hcfg);
+        let mut modules = BTreeMap::new();
         for s in &cfg.schedulers {
-            let p = vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
-            let usage = s.usage.to_usage(ncpus).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             // Listed top-down: each goes just above the default, below the ones before it.
             let pos = match disp.schedulers().len() {
                 1 => Position::Top,
                 _ => Position::Above(disp.default_sched()),
             };
+            if let Some(path) = &s.module {
+                // A policy module (docs/modules.md): loaded and contained like `ctl load`.
+                let opts = vassal_module::LoadOptions { params: module_params(&s.params), watchdog: s.watchdog_ns()?, ..Default::default() };
+                let place = vassal_module::Placement::Above(cfg.default.kind.clone());
+                let place = if pos == Position::Top { vassal_module::Placement::Top } else { place };
+                vassal_module::load(&mut disp, std::path::Path::new(path), &s.name, &place, &opts)
+                    .map_err(|e| format!("scheduler '{}': module {path}: {e}", s.name))?;
+                eprintln!("vassal agent: loaded module {path} as scheduler '{}' ({})", s.name, describe_sched(&disp, &s.name));
+                modules.insert(s.name.clone(), path.clone());
+                continue;
+            }
+            let p = vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            let usage = s.usage()?.to_usage(ncpus).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             disp.register(&s.name, p, usage, pos).map_err(|e| e.to_string())?;
         }
         Ok(Agent {
@@ -188,6 +229,8 @@ impl Agent {
             passes: 0,
             started: now,
             kernel_errors: 0,
+            modules,
+            ejections: VecDeque::new(),
             trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
             chrome,
         })
@@ -342,7 +385,9 @@ impl Agent {
             return Answer::refused(why);
         }
         self.settle(now);
-        let name = self.disp.sched_name(target).unwrap_or("?").to_string();
+        // Its owner now: `target`, unless a loaded module was ejected meanwhile (settle).
+        let owner = self.disp.owner(task).unwrap_or(target);
+        let name = self.disp.sched_name(owner).unwrap_or("?").to_string();
         Answer::Joined { task: task.0, sched: name }
     }
 
@@ -427,11 +472,114 @@ impl Agent {
     pub fn unregister(&mut self, now: Ns, name: &str) -> Answer {
         let Some(id) = self.disp.lookup(name) else { return Answer::refused(format!("no scheduler named '{name}'")) };
         let r = match self.disp.unregister(now, id) {
-            Ok(_) => Answer::Ok,
+            Ok(_) => {
+                if let Some(path) = self.modules.remove(name) {
+                    eprintln!("vassal agent: module scheduler '{name}' ({path}) unregistered; its tasks went to the default scheduler");
+                }
+                Answer::Ok
+            }
             Err(e) => Answer::refused(e.to_string()),
         };
         self.settle(now);
         r
+    }
+
+    // ----- loadable modules (issue 8; docs/modules.md) -----
+
+    /// `vassal ctl load`: loads the module in `path` as scheduler `name` at `place`,
+    /// contained with `watchdog`. `vassal_module::load` compiles and initialises it, puts
+    /// its declared usage through the conflict check and changes nothing if any of that
+    /// fails; the refusal says why. Logged either way.
+    pub fn load(
+        &mut self,
+        now: Ns,
+        path: &str,
+        name: &str,
+        place: &vassal_module::Placement,
+        params: &BTreeMap<String, crate::config::Value>,
+        watchdog: Option<Ns>,
+    ) -> Answer {
+        let opts = vassal_module::LoadOptions { params: module_params(params), watchdog, ..Default::default() };
+        let t0 = kernel::now_ns();
+        let r = vassal_module::load(&mut self.disp, std::path::Path::new(path), name, place, &opts);
+        let took = kernel::now_ns().saturating_sub(t0);
+        let answer = match r {
+            Ok(_) => {
+                eprintln!(
+                    "vassal agent: loaded module {path} as scheduler '{name}' ({}) at {place:?}, watchdog {}, in {}",
+                    describe_sched(&self.disp, name),
+                    watchdog.map_or("none".into(), vassal_core::fmt_duration),
+                    vassal_core::fmt_duration(took)
+                );
+                self.modules.insert(name.to_string(), path.to_string());
+                Answer::Ok
+            }
+            Err(e) => {
+                eprintln!("vassal agent: load of module {path} as scheduler '{name}' refused: {e}");
+                Answer::refused(format!("module {path}: {e}"))
+            }
+        };
+        self.settle(now);
+        answer
+    }
+
+    /// `vassal ctl unload`: each task of module scheduler `name` goes to the scheduler
+    /// below it (`Dispatcher::unregister_to_below`); the running ones' CPUs are decided
+    /// again at once, so no task is lost or left parked.
+    pub fn unload(&mut self, now: Ns, name: &str) -> Answer {
+        let Some(path) = self.modules.get(name).cloned() else {
+            return Answer::refused(match self.disp.lookup(name) {
+                Some(_) => format!("'{name}' is a built-in scheduler, not a loaded module (use unregister)"),
+                None => format!("no module named '{name}' is loaded"),
+            });
+        };
+        let r = match vassal_module::unload(&mut self.disp, now, name) {
+            Ok(moved) => {
+                self.modules.remove(name);
+                eprintln!("vassal agent: unloaded module scheduler '{name}' ({path}); tasks {}", self.describe_moved(&moved));
+                Answer::Ok
+            }
+            Err(e) => Answer::refused(e.to_string()),
+        };
+        self.settle(now);
+        r
+    }
+
+    /// "PID -> SCHEDULER" for each moved task.
+    fn moved_rows(&self, moved: &[(TaskId, SchedId)]) -> Vec<String> {
+        moved
+            .iter()
+            .map(|(t, s)| {
+                let pid = self.tasks.get(&t.0).map_or_else(|| format!("{t}"), |m| m.pid.to_string());
+                format!("{pid} -> {}", self.disp.sched_name(*s).unwrap_or("?"))
+            })
+            .collect()
+    }
+
+    fn describe_moved(&self, moved: &[(TaskId, SchedId)]) -> String {
+        format!("[{}]", self.moved_rows(moved).join(", "))
+    }
+
+    /// The containment duty of the mechanism (docs/modules.md): ejects every contained
+    /// module that failed (a fault, an invalid decision) or whose watchdog expired, logs
+    /// it and keeps it for `status`. Called at every round of `settle`, so before any
+    /// decision is taken after a failure; a pass comes at least every `PARKED_EVERY`
+    /// ticks, so the watchdog fires within that of its limit.
+    fn contain(&mut self, now: Ns) {
+        for e in self.disp.eject_failed(now) {
+            let module = self.modules.remove(&e.name).unwrap_or_default();
+            let moved = self.moved_rows(&e.moved);
+            eprintln!("vassal agent: module scheduler '{}' ({module}) ejected: {}; tasks [{}]", e.name, e.reason, moved.join(", "));
+            if self.ejections.len() == MAX_EJECTIONS {
+                self.ejections.pop_front();
+            }
+            self.ejections.push_back(EjectionRow { at_ns: e.at, name: e.name, module, reason: e.reason, moved });
+        }
+    }
+
+    /// Modules ejected so far (the last [`MAX_EJECTIONS`]), for `status`.
+    pub fn ejections(&self) -> Vec<EjectionRow> {
+        self.ejections.iter().cloned().collect()
     }
 
     // ----- the dispatcher's pass -----
@@ -611,6 +759,9 @@ impl Agent {
     /// resulting decisions to the kernel.
     pub fn settle(&mut self, now: Ns) {
         for _round in 0..1000 {
+            // Containment of loaded modules (issue 8): a module that failed since the last
+            // round is ejected before anything else is decided.
+            self.contain(now);
             let mut effects = std::mem::take(&mut self.effects);
             self.disp.drain_effects(&mut effects);
             let mut resched: BTreeMap<u16, Preempt> = BTreeMap::new();
@@ -752,6 +903,7 @@ impl Agent {
             .into_iter()
             .map(|s| SchedRow {
                 tasks: counts.get(&s.id.0).copied().unwrap_or(0),
+                module: self.modules.get(&s.name).cloned(),
                 name: s.name,
                 kind: s.kind,
                 usage: s.usage.describe(),

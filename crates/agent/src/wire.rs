@@ -2,7 +2,7 @@
 //! A call is answered by exactly one reply line; a connection may carry many calls.
 //!
 //! Calls (`"op"`): `join`, `leave`, `release`, `param`, `message`, `hierarchy`, `tasks`,
-//! `register`, `unregister`. Replies (`"reply"`): `ok`, `value`, `fraction`, `refused`
+//! `register`, `unregister`, `load`, `unload`, `status`. Replies (`"reply"`): `ok`, `value`, `fraction`, `refused`
 //! (the scheduler or the broker said no: permission, ceiling, admission), `error` (the
 //! call itself was malformed), `joined`, `hierarchy`, `tasks`. docs/agent.md has
 //! examples of each. A line longer than [`MAX_LINE`] bytes, or not UTF-8, or not a
@@ -63,6 +63,28 @@ pub enum Call {
     },
     /// UnregisterScheduler: its tasks return to the default scheduler. Root only.
     Unregister { name: String },
+    /// Load a policy module (a WebAssembly file built with the SDK, docs/modules.md) as
+    /// scheduler `name`: at the top, just above `above` or just below `below`. Root only.
+    /// `path` is the module file as the agent sees it (absolute; `vassal ctl load` makes
+    /// it so): the agent reads it, since only root may load and a module is larger than a
+    /// call line may be. The module declares its CPU usage, which goes through the
+    /// conflict check (paper 000 §8); `params` are its scheduler-level parameters;
+    /// `watchdog_ns` its containment watchdog (default 1 s; 0: none).
+    Load {
+        path: String,
+        name: String,
+        #[serde(default)]
+        above: Option<String>,
+        #[serde(default)]
+        below: Option<String>,
+        #[serde(default)]
+        params: BTreeMap<String, Value>,
+        #[serde(default)]
+        watchdog_ns: Option<Ns>,
+    },
+    /// Unload a loaded module: each of its tasks goes to the scheduler directly below it
+    /// (or, if that one refuses it, the next one down). Root only.
+    Unload { name: String },
     /// The agent's own figures.
     Status,
 }
@@ -115,6 +137,22 @@ pub struct SchedRow {
     pub decided: u64,
     pub refused: u64,
     pub tasks: usize,
+    /// For a loaded module: the file it was loaded from (None: a built-in policy).
+    #[serde(default)]
+    pub module: Option<String>,
+}
+
+/// A loaded module the agent ejected (docs/modules.md, "Containment"), for `status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EjectionRow {
+    /// When, in CLOCK_MONOTONIC ns.
+    pub at_ns: Ns,
+    pub name: String,
+    /// The module's file.
+    pub module: String,
+    pub reason: String,
+    /// Each of its tasks, "PID -> SCHEDULER" (where it went).
+    pub moved: Vec<String>,
 }
 
 /// A managed process, for `tasks`.
@@ -175,6 +213,9 @@ pub struct Status {
     pub managed: usize,
     pub ledger_records: usize,
     pub kernel_errors: u64,
+    /// Modules ejected since the agent started (the last 64), oldest first.
+    #[serde(default)]
+    pub ejections: Vec<EjectionRow>,
 }
 
 impl Answer {

@@ -138,6 +138,31 @@ enum CtlCmd {
     },
     /// Unregister a scheduler; its tasks return to the default scheduler.
     Unregister { name: String },
+    /// Load a policy module (a .wasm built with the SDK, docs/modules.md) into the running
+    /// hierarchy; root only. The module declares its CPU usage (conflict-checked).
+    Load {
+        /// The module file (sent to the agent as an absolute path; the agent reads it).
+        file: PathBuf,
+        /// The scheduler's name in the hierarchy.
+        #[arg(long)]
+        name: String,
+        /// Insert just above this scheduler (default: at the top).
+        #[arg(long, conflicts_with = "below")]
+        above: Option<String>,
+        /// Insert just below this scheduler (not below the default).
+        #[arg(long)]
+        below: Option<String>,
+        /// Module parameters NAME=VALUE (an integer, a number, true/false, else a string
+        /// such as "10ms").
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// The containment watchdog: a runnable task of the module's unserved this long
+        /// gets it ejected (default 1s; 0 for none).
+        #[arg(long)]
+        watchdog: Option<String>,
+    },
+    /// Unload a module; its tasks go to the scheduler below it.
+    Unload { name: String },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -278,6 +303,29 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
             Call::Register { name, kind, params, usage: parse_usage(&usage)?, above }
         }
         CtlCmd::Unregister { name } => Call::Unregister { name },
+        CtlCmd::Load { file, name, above, below, params, watchdog } => {
+            let path = std::fs::canonicalize(&file).with_context(|| format!("module file {}", file.display()))?;
+            let params = params
+                .iter()
+                .map(|p| {
+                    let (k, v) = p.split_once('=').ok_or_else(|| anyhow!("--param {p}: expected NAME=VALUE"))?;
+                    anyhow::ensure!(!k.is_empty(), "--param {p}: empty name");
+                    let v = match v {
+                        "true" => Value::Bool(true),
+                        "false" => Value::Bool(false),
+                        _ => v
+                            .parse::<i64>()
+                            .map(Value::Int)
+                            .or_else(|_| v.parse::<f64>().map(Value::Float))
+                            .unwrap_or_else(|_| Value::Str(v.to_string())),
+                    };
+                    Ok((k.to_string(), v))
+                })
+                .collect::<Result<BTreeMap<_, _>>>()?;
+            let watchdog_ns = watchdog.map(|w| parse_duration(&w).with_context(|| format!("--watchdog {w}"))).transpose()?;
+            Call::Load { path: path.to_string_lossy().into_owned(), name, above, below, params, watchdog_ns }
+        }
+        CtlCmd::Unload { name } => Call::Unload { name },
     };
     let answer = connect(&sock)?.call(&call).map_err(|e| anyhow!("{e}"))?;
     if a.json {
@@ -297,9 +345,14 @@ fn print_answer(a: &Answer) {
         Answer::Error { message } => eprintln!("error: {message}"),
         Answer::Joined { task, sched } => println!("joined {sched} as task{task}"),
         Answer::Hierarchy { schedulers } => {
-            println!("{:<16} {:<8} {:>6} {:>10} {:>8}  usage", "name", "kind", "tasks", "decided", "refused");
+            // A loaded module is marked "module" and named by its file after its usage.
+            println!("{:<16} {:<14} {:<8} {:>6} {:>10} {:>8}  usage", "name", "kind", "loaded", "tasks", "decided", "refused");
             for s in schedulers {
-                println!("{:<16} {:<8} {:>6} {:>10} {:>8}  {}", s.name, s.kind, s.tasks, s.decided, s.refused, s.usage);
+                let (from, file) = match &s.module {
+                    Some(f) => ("module", format!("  [{f}]")),
+                    None => ("built-in", String::new()),
+                };
+                println!("{:<16} {:<14} {:<8} {:>6} {:>10} {:>8}  {}{file}", s.name, s.kind, from, s.tasks, s.decided, s.refused, s.usage);
             }
         }
         Answer::Tasks { tasks } => {
@@ -338,6 +391,16 @@ fn print_answer(a: &Answer) {
                 s.ledger_records,
                 s.kernel_errors
             );
+            for e in &s.ejections {
+                println!(
+                    "ejected {:.1}s ago: module scheduler '{}' ({}): {}; tasks [{}]",
+                    vassal_agent::kernel::now_ns().saturating_sub(e.at_ns) as f64 / 1e9,
+                    e.name,
+                    e.module,
+                    e.reason,
+                    e.moved.join(", ")
+                );
+            }
         }
     }
 }

@@ -336,7 +336,8 @@ impl Dispatcher {
         }
         let higher: Vec<SchedId> = self.scheds[..idx].iter().map(|s| s.id).collect();
         let (recs, cpus) = (&self.tasks.recs, &self.tasks.cpus);
-        let mut i = from;
+        // `i` counts from the first effect: only those from `from` on are this call's.
+        let mut i = 0;
         self.effects.retain(|e| {
             let keep = i < from
                 || match e {
