@@ -175,6 +175,12 @@ pub struct Status {
     pub managed: usize,
     pub ledger_records: usize,
     pub kernel_errors: u64,
+    /// Where blocks and wakes come from: "bpf" or "poll" (config key `events`).
+    #[serde(default)]
+    pub events: String,
+    /// BPF events received (0 when polling).
+    #[serde(default)]
+    pub bpf_events: u64,
 }
 
 impl Answer {
