@@ -69,7 +69,13 @@ impl AgentProcess {
         std::fs::create_dir_all(&dir)?;
         let sock = dir.join("agent.sock").to_string_lossy().into_owned();
         let cfg = dir.join("agent.toml");
-        std::fs::write(&cfg, format!("socket = \"{sock}\"\n{config}"))?;
+        // $VASSAL_REAL_EVENTS (bpf, poll or auto) runs an experiment with that event source
+        // (docs/agent.md); an experiment that names its own source keeps it.
+        let events = match std::env::var("VASSAL_REAL_EVENTS") {
+            Ok(e) if !config.contains("events =") => format!("events = \"{e}\"\n"),
+            _ => String::new(),
+        };
+        std::fs::write(&cfg, format!("socket = \"{sock}\"\n{events}{config}"))?;
         let child = Command::new("timeout")
             .args(["-s", "KILL", &limit_s.to_string()])
             .arg(exe)
