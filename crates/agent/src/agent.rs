@@ -149,6 +149,7 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
     const GUARDIAN_CHECK: u64 = 20_000_000;
     let mut checked = 0;
     let mut ready = 0u64;
+    let mut on_cpus = 0u64;
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -170,6 +171,14 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
         if check {
             checked = now;
             shared.dispatcher_cpu_ns.store(kernel::thread_cpu_ns(), Ordering::Relaxed);
+        }
+        // Off the CPUs of armed tasks, when it can be (Agent::dispatcher_cpus).
+        if let Some(cpus) = g.dispatcher_cpus().filter(|&c| c != on_cpus) {
+            let mut m: kernel::Mask = [0; kernel::MASK_WORDS];
+            m[0] = cpus;
+            if kernel::set_affinity(0, &m).is_ok() {
+                on_cpus = cpus;
+            }
         }
         let mut deadline = g.next_deadline();
         if guardian_fd.is_none() {

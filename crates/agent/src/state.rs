@@ -317,6 +317,31 @@ impl Agent {
         d
     }
 
+    /// The CPUs the dispatcher thread should run on (a bit mask): those where no
+    /// process is armed, if there are any, else all; None when no process is armed (it
+    /// may stay where it is, so a task's arm-run-arm cycle costs no affinity change). An
+    /// armed process runs the instant it wakes, and with BPF events its wake also wakes
+    /// the dispatcher; on the armed CPU the dispatcher (at a higher priority) would
+    /// preempt the very task it woke for.
+    pub fn dispatcher_cpus(&self) -> Option<u64> {
+        let all = if self.ncpus >= 64 { u64::MAX } else { (1u64 << self.ncpus) - 1 };
+        let armed = self
+            .tasks
+            .values()
+            .filter_map(|m| match m.want {
+                KState::Armed { cpu } if cpu < 64 => Some(1u64 << cpu),
+                _ => None,
+            })
+            .fold(0, |a, b| a | b);
+        if armed == 0 {
+            None
+        } else if all & !armed != 0 {
+            Some(all & !armed)
+        } else {
+            Some(all)
+        }
+    }
+
     fn rt_class(&self, task: TaskId, m: &Managed) -> bool {
         self.disp.owner(task) != Some(self.disp.default_sched()) || m.params.get("warp").is_some_and(|&w| w > 0)
     }
