@@ -28,17 +28,20 @@
 //! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
 //! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
 //!
-//! **Events** (the polling fallback of the event source): a pass reads a managed
-//! thread's runnability from a kept-open /proc/TID/wchan (or stat) and the process CPU
-//! clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU used since the
-//! last pass becomes `Dispatcher::account`. Selected and armed processes are read at
-//! every pass, parked ones at every `PARKED_EVERY`-th. Scheduler events are waited for
-//! exactly (absolute CLOCK_MONOTONIC times), slice ends to the next tick (a slice
-//! overruns by less than one tick); polls come every tick while
-//! passes see changes and back off to `PARKED_EVERY` ticks while they see none (see
-//! `Agent::next_deadline`). A block or wake is thus seen up to one tick late while
-//! things change, up to `PARKED_EVERY` ticks late after a quiet spell (plus the
-//! dispatcher's own wake-up latency); an armed task does not wait for it.
+//! **Events** (`Source`; docs/agent.md, "Event source"). With BPF (crate::bpf) each
+//! block or wake of a managed thread arrives as an event that wakes the dispatcher; a
+//! pass drains them (`take_events`), sets the threads' runnable flags and reads the CPU
+//! clocks of the processes they name and of the selected ones. Polling (the fallback), a
+//! pass reads a managed thread's runnability from a kept-open /proc/TID/wchan (or stat);
+//! selected and armed processes are read at every pass, parked ones at every
+//! `PARKED_EVERY`-th, and polls come every tick while passes see changes and back off to
+//! `PARKED_EVERY` ticks while they see none. Either way a change of runnability becomes
+//! `Dispatcher::wake`/`block`, and CPU used since the last pass (process CPU clock)
+//! becomes `Dispatcher::account`. Scheduler events are waited for exactly (absolute
+//! CLOCK_MONOTONIC times), slice ends to the next tick (a slice overruns by less than one
+//! tick); see `Agent::next_deadline`. With BPF a block or wake is acted on one dispatcher
+//! wake-up after it happens; polling, up to one tick late while things change, up to
+//! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -367,11 +370,6 @@ impl Agent {
                 }
             }
         }
-        // Read after the tids went into the BPF map: a block or wake from now on comes as
-        // an event, so the flags end as the last event says.
-        for t in threads.iter_mut() {
-            t.run = t.stat.state().is_ok_and(|s| s == b'R');
-        }
         let runnable = threads.iter().any(|t| t.run);
         let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| t.orig_affinity[0]));
         match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
@@ -417,14 +415,15 @@ impl Agent {
         if saved.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
             return Err("a SCHED_DEADLINE thread cannot be managed".into());
         }
-        let stat = StatFile::open(tid).map_err(|e| e.to_string())?;
+        let mut stat = StatFile::open(tid).map_err(|e| e.to_string())?;
         let slot = self.ledger.save(tid, start, &saved).ok_or("the guardian's ledger is full")?;
-        // Watched before its state is read (see `manage`); a full map means it is polled.
+        // Its state is read after its tid went into the BPF map: every block or wake from
+        // then on comes as an event, so the flag ends as the last event says. A full map
+        // means it is polled.
         let watched = match &mut self.source {
             Source::Bpf(s) => s.watch(tid, pid),
             Source::Poll => false,
         };
-        let mut stat = stat;
         let run = stat.state().is_ok_and(|s| s == b'R');
         Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched, watched, run })
     }
