@@ -64,7 +64,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         EventsMode::Poll => format!("{polling} (events = \"poll\")"),
         EventsMode::Bpf | EventsMode::Auto => match crate::bpf::EventSource::load() {
             Ok(src) => {
-                agent.set_source(Source::Bpf(src));
+                agent.set_source(Source::Bpf(Box::new(src)));
                 "BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer)".to_string()
             }
             Err(e) if cfg.events == EventsMode::Bpf => return Err(format!("events = \"bpf\": {e}")),

@@ -127,7 +127,7 @@ pub enum Source {
     /// Polling /proc/TID/wchan (or stat) at passes that come every 1–`PARKED_EVERY` ticks.
     Poll,
     /// BPF events on the scheduler tracepoints; a pass only when something needs deciding.
-    Bpf(crate::bpf::EventSource),
+    Bpf(Box<crate::bpf::EventSource>),
 }
 
 /// The agent's state, guarded by one mutex shared by the broker and the dispatcher.
