@@ -38,7 +38,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // Fork the guardian while this process is single-threaded.
     let ledger = Ledger::new().map_err(|e| format!("ledger: {e}"))?;
-    let guardian = Guardian::spawn(&ledger, cfg.guardian_priority).map_err(|e| format!("guardian: {e}"))?;
+    let mut guardian = Guardian::spawn(&ledger, cfg.guardian_priority).map_err(|e| format!("guardian: {e}"))?;
     std::panic::set_hook(Box::new(|info| {
         eprintln!("vassal agent: {info}; aborting (the guardian restores every managed task)");
         std::process::abort();
@@ -71,6 +71,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Err(e) => format!("{polling} (BPF did not load: {e})"),
         },
     };
+    if let Err(e) = guardian.raise_life_line() {
+        eprintln!("vassal agent: cannot move the guardian's life line above the BPF fds ({e}): after SIGKILL the restore may wait for their release");
+    }
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).map_err(|e| format!("{}: {e}", cfg.socket))?;
     // Unprivileged users may connect; what they may do is the broker's business.
