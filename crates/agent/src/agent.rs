@@ -4,12 +4,12 @@
 //! Threads and processes:
 //! - **guardian** (a process, SCHED_FIFO `guardian_priority`): see [`crate::guardian`];
 //! - **dispatcher** (a thread, SCHED_FIFO `dispatcher_priority`, memory locked, timer
-//!   slack 1 ns): runs [`Agent::pass`] every tick and at every scheduler event (absolute
-//!   CLOCK_MONOTONIC deadlines — the condition variable's timed wait is a futex wait on
-//!   an absolute CLOCK_MONOTONIC time, so event times such as `rtserver`'s slot
-//!   boundaries do not drift; slice ends are acted on at the first tick after them),
-//!   and checks every
-//!   20 ms that the guardian lives;
+//!   slack 1 ns): runs [`Agent::pass`] whenever something needs deciding and sleeps in
+//!   `epoll_wait` on (crate::wait) a timerfd armed with the absolute CLOCK_MONOTONIC time
+//!   of [`Agent::next_deadline`] (scheduler events exactly — event times such as
+//!   `rtserver`'s slot boundaries do not drift —, slice ends at the first tick after
+//!   them, polls when polling), the broker's eventfd, the BPF ring buffer (block and
+//!   wake events, crate::bpf) and a pidfd of the guardian (its death);
 //! - **broker** (an accept thread and one thread per client, SCHED_OTHER): [`crate::broker`];
 //! - the main thread waits for SIGTERM/SIGINT, then restores every managed task and exits.
 //!
@@ -20,13 +20,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::broker::{self, lock, Shared};
-use crate::config::Config;
+use crate::config::{Config, EventsMode};
 use crate::guardian::{Guardian, Ledger};
 use crate::kernel;
-use crate::state::Agent;
+use crate::state::{Agent, Source};
+use crate::wait::{Epoll, Timer};
 
 /// Runs the agent until SIGTERM or SIGINT. Must be root.
 pub fn run(cfg: Config) -> Result<(), String> {
@@ -38,7 +38,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // Fork the guardian while this process is single-threaded.
     let ledger = Ledger::new().map_err(|e| format!("ledger: {e}"))?;
-    let guardian = Guardian::spawn(&ledger, cfg.guardian_priority).map_err(|e| format!("guardian: {e}"))?;
+    let mut guardian = Guardian::spawn(&ledger, cfg.guardian_priority).map_err(|e| format!("guardian: {e}"))?;
     std::panic::set_hook(Box::new(|info| {
         eprintln!("vassal agent: {info}; aborting (the guardian restores every managed task)");
         std::process::abort();
@@ -57,7 +57,23 @@ pub fn run(cfg: Config) -> Result<(), String> {
     kernel::mlockall().map_err(|e| format!("mlockall: {e}"))?;
     let wchan = kernel::use_wchan();
     let now = kernel::now_ns();
-    let agent = Agent::new(cfg.clone(), ledger, now)?;
+    let mut agent = Agent::new(cfg.clone(), ledger, now)?;
+    // The event source, chosen after the guardian was forked (it holds no BPF fd).
+    let polling = format!("polling /proc/TID/{}", if wchan { "wchan" } else { "stat" });
+    let source = match cfg.events {
+        EventsMode::Poll => format!("{polling} (events = \"poll\")"),
+        EventsMode::Bpf | EventsMode::Auto => match crate::bpf::EventSource::load() {
+            Ok(src) => {
+                agent.set_source(Source::Bpf(Box::new(src)));
+                "BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer)".to_string()
+            }
+            Err(e) if cfg.events == EventsMode::Bpf => return Err(format!("events = \"bpf\": {e}")),
+            Err(e) => format!("{polling} (BPF did not load: {e})"),
+        },
+    };
+    if let Err(e) = guardian.raise_life_line() {
+        eprintln!("vassal agent: cannot move the guardian's life line above the BPF fds ({e}): after SIGKILL the restore may wait for their release");
+    }
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).map_err(|e| format!("{}: {e}", cfg.socket))?;
     // Unprivileged users may connect; what they may do is the broker's business.
@@ -78,11 +94,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .spawn(move || broker::serve(listener, sh))
         .map_err(|e| e.to_string())?;
     eprintln!(
-        "vassal agent: serving {} (tick {}, {} CPUs, guardian running, runnability from /proc/TID/{})",
+        "vassal agent: serving {} (tick {}, {} CPUs, guardian running, events from {source})",
         cfg.socket,
         vassal_core::fmt_duration(cfg.tick),
         kernel::online_cpus(),
-        if wchan { "wchan" } else { "stat" }
     );
 
     let mut sig = 0;
@@ -97,38 +112,85 @@ pub fn run(cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
-/// The dispatcher thread.
+/// The dispatcher thread: a pass, then sleep until the next deadline, a broker call, a
+/// BPF event or the guardian's death.
 fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
     if let Err(e) = kernel::set_self(prio) {
         eprintln!("vassal agent: cannot raise the dispatcher to SCHED_FIFO {prio}: {e}");
     }
     // SAFETY: a prctl on the calling thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
-    let mut g = lock(&shared.agent);
-    // The guardian is reaped (one wait4) and the dispatcher's own CPU time published (one
-    // clock_gettime) at most every GUARDIAN_CHECK, not at every pass.
+    const TIMER: u64 = 1 << 0;
+    const BROKER: u64 = 1 << 1;
+    const GUARDIAN: u64 = 1 << 3;
+    let setup = || -> std::io::Result<(Epoll, Timer)> {
+        let ep = Epoll::new()?;
+        let timer = Timer::new()?;
+        ep.add(timer.fd(), 0)?;
+        ep.add(shared.wake.fd(), 1)?;
+        if let Some(fd) = lock(&shared.agent).event_fd() {
+            ep.add(fd, 2)?;
+        }
+        Ok((ep, timer))
+    };
+    let (mut ep, mut timer) = match setup() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("vassal agent: dispatcher wait set: {e}; restoring every managed task and exiting");
+            lock(&shared.agent).restore_all(kernel::now_ns());
+            std::process::exit(1);
+        }
+    };
+    // The guardian's death wakes the dispatcher through a pidfd; without one (an old
+    // kernel) it is reaped (one wait4) every GUARDIAN_CHECK.
+    let guardian_fd = crate::wait::pidfd(guardian.pid).ok().filter(|fd| {
+        use std::os::fd::AsRawFd;
+        ep.add(fd.as_raw_fd(), 3).is_ok()
+    });
+    // The dispatcher's own CPU time is published (one clock_gettime) at most every
+    // GUARDIAN_CHECK, not at every pass.
     const GUARDIAN_CHECK: u64 = 20_000_000;
     let mut checked = 0;
+    let mut ready = 0u64;
+    let mut on_cpus = 0u64;
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
+        // Cleared before the pass: a call after this point is seen by the next wait.
+        if ready & BROKER != 0 {
+            shared.wake.clear();
+        }
+        let mut g = lock(&shared.agent);
         let now = kernel::now_ns();
         g.pass(now);
-        if now >= checked + GUARDIAN_CHECK {
+        let check = now >= checked + GUARDIAN_CHECK;
+        if (ready & GUARDIAN != 0 || (guardian_fd.is_none() && check)) && !guardian.alive() {
+            eprintln!("vassal agent: the guardian died; restoring every managed task and exiting");
+            g.restore_all(now);
+            let _ = std::fs::remove_file(&g.cfg.socket);
+            std::process::exit(1);
+        }
+        if check {
             checked = now;
-            if !guardian.alive() {
-                eprintln!("vassal agent: the guardian died; restoring every managed task and exiting");
-                g.restore_all(now);
-                let _ = std::fs::remove_file(&g.cfg.socket);
-                std::process::exit(1);
-            }
             shared.dispatcher_cpu_ns.store(kernel::thread_cpu_ns(), Ordering::Relaxed);
         }
-        let deadline = g.next_deadline();
-        let now = kernel::now_ns();
-        if deadline > now {
-            g = shared.wake.wait_timeout(g, Duration::from_nanos(deadline - now)).unwrap_or_else(|e| e.into_inner()).0;
+        // Off the CPUs of armed tasks, when it can be (Agent::dispatcher_cpus).
+        if let Some(cpus) = g.dispatcher_cpus().filter(|&c| c != on_cpus) {
+            let mut m: kernel::Mask = [0; kernel::MASK_WORDS];
+            m[0] = cpus;
+            if kernel::set_affinity(0, &m).is_ok() {
+                on_cpus = cpus;
+            }
         }
+        let mut deadline = g.next_deadline();
+        if guardian_fd.is_none() {
+            deadline = deadline.min(checked + GUARDIAN_CHECK);
+        }
+        drop(g);
+        if let Err(e) = timer.arm(deadline, ready & TIMER != 0) {
+            eprintln!("vassal agent: timerfd: {e}");
+        }
+        ready = ep.wait();
     }
 }

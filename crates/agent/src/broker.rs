@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vassal_core::Request;
 
@@ -36,8 +36,9 @@ use crate::wire::{self, Answer, Call, WireRequest, MAX_LINE};
 /// What the broker, the dispatcher and the main thread share.
 pub struct Shared {
     pub agent: Mutex<Agent>,
-    /// Signalled after every change a call made, so the dispatcher re-plans its sleep.
-    pub wake: Condvar,
+    /// Signalled after every change a call made, so the dispatcher re-plans its sleep (an
+    /// eventfd in the dispatcher's epoll set: crate::wait).
+    pub wake: crate::wait::Waker,
     pub stop: AtomicBool,
     pub dispatcher_cpu_ns: AtomicU64,
     clients: AtomicUsize,
@@ -49,7 +50,7 @@ impl Shared {
         let ceiling_prio = agent.cfg.dispatcher_priority - 1;
         Shared {
             agent: Mutex::new(agent),
-            wake: Condvar::new(),
+            wake: crate::wait::Waker::new().expect("eventfd"),
             stop: AtomicBool::new(false),
             dispatcher_cpu_ns: AtomicU64::new(0),
             clients: AtomicUsize::new(0),
@@ -292,6 +293,8 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     ledger_records: a.ledger_records(),
                     kernel_errors: a.kernel_errors,
                     ejections: a.ejections(),
+                    events: a.source_name().into(),
+                    bpf_events: a.bpf_events,
                 }))
             })
         }

@@ -9,6 +9,7 @@
 //! guardian_priority = 95     # SCHED_FIFO of the guardian process
 //! run_priority = 50          # SCHED_FIFO of a selected real-time task (a wake-armed one gets +1)
 //! best_effort_run = "other"  # how a selected task of the default scheduler runs: "other" or "fifo"
+//! events = "auto"            # block/wake events: "bpf", "poll" (/proc), or "auto" (BPF if it loads)
 //!
 //! [default]                  # the bottom scheduler (this is the built-in default)
 //! kind = "bvt"
@@ -168,6 +169,18 @@ pub enum BestEffortRun {
     Fifo,
 }
 
+/// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsMode {
+    /// BPF if it loads (root, BTF, a build with clang), else polling.
+    Auto,
+    /// BPF on the scheduler tracepoints; the agent refuses to start without it.
+    Bpf,
+    /// Polling /proc/TID/wchan (or stat) of managed threads.
+    Poll,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
@@ -179,6 +192,7 @@ struct Raw {
     run_priority: Option<i32>,
     best_effort_run: Option<BestEffortRun>,
     max_clients: Option<usize>,
+    events: Option<EventsMode>,
     #[serde(default)]
     default: Option<DefaultSpec>,
     #[serde(default)]
@@ -200,6 +214,8 @@ pub struct Config {
     pub run_priority: i32,
     pub best_effort_run: BestEffortRun,
     pub max_clients: usize,
+    /// The event source (`events`).
+    pub events: EventsMode,
     pub default: DefaultSpec,
     /// Per task parameter, the largest value a non-root caller may set (BVT §6.3.2's
     /// nice semantics). A parameter with no ceiling may be set by root only.
@@ -315,6 +331,7 @@ impl Config {
             run_priority,
             best_effort_run: raw.best_effort_run.unwrap_or(BestEffortRun::Other),
             max_clients: raw.max_clients.unwrap_or(64),
+            events: raw.events.unwrap_or(EventsMode::Auto),
             default,
             ceilings,
             schedulers: raw.scheduler,
@@ -333,6 +350,9 @@ mod tests {
         assert_eq!(c.socket, DEFAULT_SOCKET);
         assert_eq!(c.tick, MS);
         assert_eq!(c.default.kind, "bvt");
+        assert_eq!(c.events, EventsMode::Auto);
+        assert_eq!(Config::from_toml("events = \"poll\"").unwrap().events, EventsMode::Poll);
+        assert_eq!(Config::from_toml("events = \"bpf\"").unwrap().events, EventsMode::Bpf);
     }
 
     #[test]
@@ -342,6 +362,7 @@ mod tests {
         assert!(Config::from_toml("bogus = 1").unwrap_err().contains("bogus"));
         assert!(Config::from_toml("[default]\nkind = \"nope\"").unwrap_err().contains("nope"));
         assert!(Config::from_toml("run_priority = 95").is_err());
+        assert!(Config::from_toml("events = \"ebpf\"").unwrap_err().contains("ebpf"));
         let e = Config::from_toml("[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nparams = { lead = 5 }\nusage = { reserved = { cpus = 0.1 } }")
             .unwrap_err();
         assert!(e.contains("scheduler 't'") && e.contains("lead"), "{e}");

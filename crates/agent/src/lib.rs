@@ -8,6 +8,7 @@
 //! the design, the protocol and the numbers.
 
 pub mod agent;
+pub mod bpf;
 pub mod broker;
 pub mod chrome;
 pub mod client;
@@ -16,6 +17,7 @@ pub mod guardian;
 pub mod kernel;
 pub mod real;
 pub mod state;
+pub mod wait;
 pub mod wire;
 pub mod workers;
 

@@ -28,17 +28,20 @@
 //! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
 //! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
 //!
-//! **Events** (the polling fallback of the event source): a pass reads a managed
-//! thread's runnability from a kept-open /proc/TID/wchan (or stat) and the process CPU
-//! clock; a change of runnability becomes `Dispatcher::wake`/`block`, CPU used since the
-//! last pass becomes `Dispatcher::account`. Selected and armed processes are read at
-//! every pass, parked ones at every `PARKED_EVERY`-th. Scheduler events are waited for
-//! exactly (absolute CLOCK_MONOTONIC times), slice ends to the next tick (a slice
-//! overruns by less than one tick); polls come every tick while
-//! passes see changes and back off to `PARKED_EVERY` ticks while they see none (see
-//! `Agent::next_deadline`). A block or wake is thus seen up to one tick late while
-//! things change, up to `PARKED_EVERY` ticks late after a quiet spell (plus the
-//! dispatcher's own wake-up latency); an armed task does not wait for it.
+//! **Events** (`Source`; docs/agent.md, "Event source"). With BPF (crate::bpf) each
+//! block or wake of a managed thread arrives as an event that wakes the dispatcher; a
+//! pass drains them (`take_events`), sets the threads' runnable flags and reads the CPU
+//! clocks of the processes they name and of the selected ones. Polling (the fallback), a
+//! pass reads a managed thread's runnability from a kept-open /proc/TID/wchan (or stat);
+//! selected and armed processes are read at every pass, parked ones at every
+//! `PARKED_EVERY`-th, and polls come every tick while passes see changes and back off to
+//! `PARKED_EVERY` ticks while they see none. Either way a change of runnability becomes
+//! `Dispatcher::wake`/`block`, and CPU used since the last pass (process CPU clock)
+//! becomes `Dispatcher::account`. Scheduler events are waited for exactly (absolute
+//! CLOCK_MONOTONIC times), slice ends to the next tick (a slice overruns by less than one
+//! tick); see `Agent::next_deadline`. With BPF a block or wake is acted on one dispatcher
+//! wake-up after it happens; polling, up to one tick late while things change, up to
+//! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -52,8 +55,14 @@ use crate::guardian::{Ledger, Slot};
 use crate::kernel::{self, CpuClock, Mask, StatFile, RESET_ON_FORK};
 use crate::wire::{Answer, EjectionRow, SchedRow, TaskRow};
 
-/// How often the threads of a managed process are re-listed.
+/// How often the threads of a managed process are re-listed (polling).
 pub const RESCAN: Ns = 250 * MS;
+/// The same with BPF events, which tell new threads and exits as they happen: the
+/// re-listing only catches what they cannot (a thread started before its process was
+/// watched, a zombie leader), and samples the share figure. Every process due within
+/// half of it is re-listed at the same pass, so the re-listings of all processes come
+/// together, one pass per `RESCAN_BPF`.
+pub const RESCAN_BPF: Ns = SEC;
 /// A parked process (neither selected nor armed) is polled at every `PARKED_EVERY`-th
 /// pass only (staggered by task), and the passes come up to `PARKED_EVERY` ticks apart
 /// while nothing changes (see `next_deadline`).
@@ -77,6 +86,10 @@ struct Thread {
     stat: StatFile,
     orig_affinity: Mask,
     applied: KState,
+    /// Its tid is in the BPF map: its blocks and wakes come as events (else it is polled).
+    watched: bool,
+    /// Runnable, as the BPF events last said (read from /proc when it was adopted).
+    run: bool,
 }
 
 impl Thread {
@@ -103,6 +116,18 @@ struct Managed {
     samples: VecDeque<(Ns, u64)>,
     rescanned: Ns,
     want: KState,
+    /// BPF events about it arrived since the last pass.
+    evented: bool,
+    /// The earliest wake among them (its BPF time), for the wake-to-run latency.
+    woke_at: Option<Ns>,
+}
+
+/// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
+pub enum Source {
+    /// Polling /proc/TID/wchan (or stat) at passes that come every 1–`PARKED_EVERY` ticks.
+    Poll,
+    /// BPF events on the scheduler tracepoints; a pass only when something needs deciding.
+    Bpf(Box<crate::bpf::EventSource>),
 }
 
 /// The agent's state, guarded by one mutex shared by the broker and the dispatcher.
@@ -143,6 +168,16 @@ pub struct Agent {
     modules: BTreeMap<String, String>,
     /// Modules ejected (the last [`MAX_EJECTIONS`]), oldest first, for `status`.
     ejections: VecDeque<EjectionRow>,
+    /// The event source (polling until `set_source`).
+    source: Source,
+    /// Events drained at a pass (kept to reuse its allocation).
+    ev_buf: Vec<crate::bpf::Event>,
+    /// BPF events seen, and those about tids no longer managed (for `status`).
+    pub bpf_events: u64,
+    /// When the last pass ran.
+    last_pass: Ns,
+    /// Some thread's kernel state could not be applied yet (retried at the next tick).
+    unapplied: bool,
 }
 
 /// How many ejections `status` remembers.
@@ -233,7 +268,32 @@ impl Agent {
             ejections: VecDeque::new(),
             trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
             chrome,
+            source: Source::Poll,
+            ev_buf: Vec::new(),
+            bpf_events: 0,
+            last_pass: now,
+            unapplied: false,
         })
+    }
+
+    /// Sets the event source (at start, before any process is managed).
+    pub fn set_source(&mut self, source: Source) {
+        assert!(self.tasks.is_empty(), "the event source is chosen before any process is managed");
+        self.source = source;
+    }
+    /// "bpf" or "poll".
+    pub fn source_name(&self) -> &'static str {
+        match self.source {
+            Source::Poll => "poll",
+            Source::Bpf(_) => "bpf",
+        }
+    }
+    /// The BPF ring buffer's fd, for the dispatcher's epoll set.
+    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.source {
+            Source::Poll => None,
+            Source::Bpf(s) => Some(s.fd()),
+        }
     }
 
     pub fn ncpus(&self) -> u16 {
@@ -265,7 +325,34 @@ impl Agent {
     /// be run by the kernel the instant it wakes) they come every `PARKED_EVERY` ticks.
     /// So a block or wake is seen within one tick while things change and within
     /// `PARKED_EVERY` ticks after a quiet spell.
+    ///
+    /// With BPF events there are no polls: a pass comes at a BPF event (the ring buffer
+    /// wakes the dispatcher), at a broker call, at a scheduler event (exact), at the first
+    /// tick at or after a slice end, at the next tick while some kernel state could not
+    /// be applied, at the processes' rescans (every `RESCAN_BPF`), and at least once a
+    /// second.
     pub fn next_deadline(&self) -> Ns {
+        if let Source::Bpf(_) = self.source {
+            let tick = self.cfg.tick;
+            let mut d = self.last_pass.saturating_add(SEC);
+            if let Some(&(at, _, _)) = self.events.first() {
+                d = d.min(at);
+            }
+            for &e in self.slice_end.iter().flatten() {
+                d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
+            }
+            if self.unapplied {
+                d = d.min(self.next_tick);
+            }
+            if let Some(r) = self.tasks.values().map(|m| m.rescanned + RESCAN_BPF).min() {
+                d = d.min(r);
+            }
+            // A contained module's watchdog expiry is a deadline of its own.
+            if let Some(w) = self.disp.next_watchdog() {
+                d = d.min(w);
+            }
+            return d;
+        }
         let every = if self.quiet { PARKED_EVERY } else { self.backoff };
         let mut d = self.next_tick + (every - 1) * self.cfg.tick;
         if let Some(&(at, _, _)) = self.events.first() {
@@ -277,7 +364,35 @@ impl Agent {
         for &e in self.slice_end.iter().flatten() {
             d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
         }
+        if let Some(w) = self.disp.next_watchdog() {
+            d = d.min(w);
+        }
         d
+    }
+
+    /// The CPUs the dispatcher thread should run on (a bit mask): those where no
+    /// process is armed, if there are any, else all; None when no process is armed (it
+    /// may stay where it is, so a task's arm-run-arm cycle costs no affinity change). An
+    /// armed process runs the instant it wakes, and with BPF events its wake also wakes
+    /// the dispatcher; on the armed CPU the dispatcher (at a higher priority) would
+    /// preempt the very task it woke for.
+    pub fn dispatcher_cpus(&self) -> Option<u64> {
+        let all = if self.ncpus >= 64 { u64::MAX } else { (1u64 << self.ncpus) - 1 };
+        let armed = self
+            .tasks
+            .values()
+            .filter_map(|m| match m.want {
+                KState::Armed { cpu } if cpu < 64 => Some(1u64 << cpu),
+                _ => None,
+            })
+            .fold(0, |a, b| a | b);
+        if armed == 0 {
+            None
+        } else if all & !armed != 0 {
+            Some(all & !armed)
+        } else {
+            Some(all)
+        }
     }
 
     fn rt_class(&self, task: TaskId, m: &Managed) -> bool {
@@ -294,17 +409,18 @@ impl Agent {
         let mut threads = Vec::new();
         let tids = kernel::threads(pid).map_err(|e| format!("process {pid}: {e}"))?;
         for tid in tids {
-            match self.adopt_thread(tid) {
+            match self.adopt_thread(pid, tid) {
                 Ok(t) => threads.push(t),
                 Err(e) => {
                     for t in threads {
+                        self.unwatch(t.tid);
                         self.ledger.clear(t.slot);
                     }
                     return Err(format!("process {pid} thread {tid}: {e}"));
                 }
             }
         }
-        let runnable = threads.iter_mut().any(|t| t.stat.state().is_ok_and(|s| s == b'R'));
+        let runnable = threads.iter().any(|t| t.run);
         let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| t.orig_affinity[0]));
         match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
             Ok(task) => {
@@ -326,12 +442,15 @@ impl Agent {
                         samples: VecDeque::from([(now, cpu_ns)]),
                         rescanned: now,
                         want: KState::Untouched,
+                        evented: false,
+                        woke_at: None,
                     },
                 );
                 Ok(task)
             }
             Err((_, why)) => {
                 for t in threads {
+                    self.unwatch(t.tid);
                     self.ledger.clear(t.slot);
                 }
                 Err(why)
@@ -339,16 +458,30 @@ impl Agent {
         }
     }
 
-    fn adopt_thread(&mut self, tid: i32) -> Result<Thread, String> {
+    fn adopt_thread(&mut self, pid: i32, tid: i32) -> Result<Thread, String> {
         let start = kernel::start_time(tid).map_err(|e| e.to_string())?;
         let saved = kernel::get_sched(tid).map_err(|e| e.to_string())?;
         // SCHED_DEADLINE parameters cannot be saved and restored with sched_setscheduler.
         if saved.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
             return Err("a SCHED_DEADLINE thread cannot be managed".into());
         }
-        let stat = StatFile::open(tid).map_err(|e| e.to_string())?;
+        let mut stat = StatFile::open(tid).map_err(|e| e.to_string())?;
         let slot = self.ledger.save(tid, start, &saved).ok_or("the guardian's ledger is full")?;
-        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched })
+        // Its state is read after its tid went into the BPF map: every block or wake from
+        // then on comes as an event, so the flag ends as the last event says. A full map
+        // means it is polled.
+        let watched = match &mut self.source {
+            Source::Bpf(s) => s.watch(tid, pid),
+            Source::Poll => false,
+        };
+        let run = stat.state().is_ok_and(|s| s == b'R');
+        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched, watched, run })
+    }
+
+    fn unwatch(&mut self, tid: i32) {
+        if let Source::Bpf(s) = &mut self.source {
+            s.unwatch(tid);
+        }
     }
 
     /// JOIN: manage `pid` if it is not yet, then move it to `sched`. Permission and
@@ -415,6 +548,7 @@ impl Agent {
         if let Some(m) = self.tasks.remove(&task.0) {
             self.by_pid.remove(&m.pid);
             for t in m.threads {
+                self.unwatch(t.tid);
                 if restore {
                     let (tid, start, saved) = self.ledger.saved(t.slot);
                     if kernel::start_time(tid).ok() == Some(start) {
@@ -563,8 +697,9 @@ impl Agent {
     /// The containment duty of the mechanism (docs/modules.md): ejects every contained
     /// module that failed (a fault, an invalid decision) or whose watchdog expired, logs
     /// it and keeps it for `status`. Called at every round of `settle`, so before any
-    /// decision is taken after a failure; a pass comes at least every `PARKED_EVERY`
-    /// ticks, so the watchdog fires within that of its limit.
+    /// decision is taken after a failure; the next watchdog expiry is one of the
+    /// dispatcher's deadlines (`next_deadline`), so it fires one dispatcher wake-up after
+    /// its limit.
     fn contain(&mut self, now: Ns) {
         for e in self.disp.eject_failed(now) {
             let module = self.modules.remove(&e.name).unwrap_or_default();
@@ -588,7 +723,9 @@ impl Agent {
     /// `poll`), fire due events, deliver due ticks, end expired slices, decide, and apply.
     pub fn pass(&mut self, now: Ns) {
         self.passes += 1;
+        self.last_pass = now;
         let changes = self.changes;
+        self.take_events();
         self.poll(now);
         while let Some(&(at, sched, token)) = self.events.first() {
             if at > now {
@@ -603,11 +740,18 @@ impl Agent {
             self.disp.fire_event(now, SchedId(sched), token);
         }
         // Every tick that fell due since the last pass is delivered (the passes may be
-        // up to PARKED_EVERY ticks apart), so a policy counting ticks (linux22) keeps
-        // its time; more than that behind (a host stall), the tick grid restarts at now.
+        // up to PARKED_EVERY ticks apart when polling, up to a second with BPF events), so
+        // a policy counting ticks keeps its count; more than that behind (a host stall),
+        // the tick grid restarts at now. (No built-in policy acts on the machine's ticks:
+        // one that must act at a time sets a scheduler event, as linux22 does for its own
+        // tick, and gets a pass exactly then.)
         let tick = self.cfg.tick;
+        let most = match self.source {
+            Source::Poll => PARKED_EVERY,
+            Source::Bpf(_) => (SEC / tick).max(1),
+        };
         let mut delivered = 0;
-        while now >= self.next_tick && delivered < PARKED_EVERY {
+        while now >= self.next_tick && delivered < most {
             for c in 0..self.ncpus {
                 self.disp.tick(now, CpuId(c));
             }
@@ -624,21 +768,58 @@ impl Agent {
             }
         }
         self.settle(now);
+        self.unapplied = self.tasks.values().any(|m| m.threads.iter().any(|t| t.applied != m.want));
         self.backoff = if self.changes != changes { 1 } else { (self.backoff * 2).min(PARKED_EVERY) };
         if let Some(t) = self.chrome.as_mut() {
             t.flush();
         }
     }
 
-    /// Reads each process's runnability and CPU clock and tells the dispatcher.
+    /// Drains the BPF ring buffer (BPF source): each block or wake sets its thread's
+    /// runnable flag (the last event wins: the ring buffer's order is the kernel's, see
+    /// crate::bpf), and marks its process for this pass's `poll`; an exit or a new thread
+    /// makes the process rescanned now.
+    fn take_events(&mut self) {
+        use crate::bpf::Kind;
+        let Source::Bpf(src) = &mut self.source else { return };
+        let mut evs = std::mem::take(&mut self.ev_buf);
+        evs.clear();
+        src.drain(&mut evs);
+        self.bpf_events += evs.len() as u64;
+        for e in &evs {
+            let Some(task) = self.by_pid.get(&e.tgid) else { continue };
+            let Some(m) = self.tasks.get_mut(&task.0) else { continue };
+            m.evented = true;
+            if e.kind == Kind::New || e.exited() {
+                m.rescanned = 0;
+            }
+            if e.kind == Kind::New {
+                continue;
+            }
+            let woke = e.kind == Kind::Wake;
+            if let Some(t) = m.threads.iter_mut().find(|t| t.tid == e.tid) {
+                t.run = woke;
+            }
+            if woke && m.woke_at.is_none() {
+                m.woke_at = Some(e.time);
+            }
+        }
+        self.ev_buf = evs;
+    }
+
+    /// Reads each process's runnability and CPU clock and tells the dispatcher. Polling:
+    /// runnability from /proc (see below for which processes); BPF: from the events'
+    /// flags, for the processes events named, the selected ones (their CPU use), those
+    /// with a thread the map could not take (polled), and any at a rescan.
     fn poll(&mut self, now: Ns) {
         let ids: Vec<u32> = self.tasks.keys().copied().collect();
-        let all = self.quiet || self.backoff > 1;
+        let bpf = matches!(self.source, Source::Bpf(_));
+        let all = !bpf && (self.quiet || self.backoff > 1);
         for id in ids {
             let task = TaskId(id);
             let selected = matches!(self.disp.state(task), TaskState::Running(_));
             let m = self.tasks.get_mut(&id).expect("listed");
-            let rescan = now >= m.rescanned + RESCAN;
+            let rescan = if bpf { now + RESCAN_BPF / 2 >= m.rescanned + RESCAN_BPF } else { now >= m.rescanned + RESCAN };
             // Polled at every pass: a selected process (its block frees a CPU), an armed
             // one (the kernel runs it the instant it wakes; the policy must hear of it),
             // one whose kernel state is not applied yet, and any at a rescan; a parked one
@@ -646,19 +827,30 @@ impl Agent {
             // passes are PARKED_EVERY ticks apart.
             let unsettled = m.want == KState::Untouched || m.threads.iter().any(|t| t.applied != m.want);
             let armed = matches!(m.want, KState::Armed { .. });
-            if !(all || selected || armed || unsettled || rescan || (self.passes + id as u64).is_multiple_of(PARKED_EVERY)) {
+            let wanted = if bpf {
+                selected || unsettled || rescan || m.evented || m.threads.iter().any(|t| !t.watched)
+            } else {
+                all || selected || armed || unsettled || rescan || (self.passes + id as u64).is_multiple_of(PARKED_EVERY)
+            };
+            if !wanted {
                 continue;
             }
+            m.evented = false;
+            let woke_at = m.woke_at.take();
             // Runnable if any thread is; gone if the main thread is (its stat line is read
             // at each rescan: through wchan a zombie would look runnable).
             let mut runnable = false;
             let mut gone = false;
             for (i, t) in m.threads.iter_mut().enumerate() {
                 let main = i == 0 && t.tid == m.pid;
-                match t.runnable() {
-                    Ok(r) => runnable |= r,
-                    Err(_) if main => gone = true,
-                    Err(_) => {}
+                if t.watched {
+                    runnable |= t.run;
+                } else {
+                    match t.runnable() {
+                        Ok(r) => runnable |= r,
+                        Err(_) if main => gone = true,
+                        Err(_) => {}
+                    }
                 }
                 if main && rescan && matches!(t.stat.state(), Ok(b'Z' | b'X') | Err(_)) {
                     gone = true;
@@ -712,7 +904,7 @@ impl Agent {
             if runnable && st == TaskState::Blocked {
                 self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
                 if let Some(m) = self.tasks.get_mut(&id) {
-                    m.runnable_since = Some(now);
+                    m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
                 }
             } else if !runnable && st.is_runnable() {
                 if let Some(cpu) = self.disp.block(now, task, Block { voluntary: true }) {
@@ -739,15 +931,17 @@ impl Agent {
         m.threads.retain(|t| {
             let keep = now_set.contains(&t.tid);
             if !keep {
-                gone.push(t.slot);
+                gone.push((t.slot, t.tid));
             }
             keep
         });
-        for s in gone {
+        let pid = m.pid;
+        for (s, tid) in gone {
+            self.unwatch(tid);
             self.ledger.clear(s);
         }
         for tid in tids.into_iter().filter(|t| !known.contains(t)) {
-            if let Ok(t) = self.adopt_thread(tid) {
+            if let Ok(t) = self.adopt_thread(pid, tid) {
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.threads.push(t);
                 }

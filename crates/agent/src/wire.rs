@@ -216,6 +216,12 @@ pub struct Status {
     /// Modules ejected since the agent started (the last 64), oldest first.
     #[serde(default)]
     pub ejections: Vec<EjectionRow>,
+    /// Where blocks and wakes come from: "bpf" or "poll" (config key `events`).
+    #[serde(default)]
+    pub events: String,
+    /// BPF events received (0 when polling).
+    #[serde(default)]
+    pub bpf_events: u64,
 }
 
 impl Answer {

@@ -381,7 +381,7 @@ fn print_answer(a: &Answer) {
         }
         Answer::Status(s) => {
             let up = s.uptime_ns.max(1) as f64;
-            println!("uptime {:.1}s, {} CPUs, tick {}", up / 1e9, s.ncpus, vassal_core::fmt_duration(s.tick_ns));
+            println!("uptime {:.1}s, {} CPUs, tick {}, events from {}", up / 1e9, s.ncpus, vassal_core::fmt_duration(s.tick_ns), s.events);
             println!(
                 "agent CPU {:.3}% of one CPU (dispatcher {:.3}%), {} passes, {} managed, {} ledger records, {} kernel errors",
                 s.agent_cpu_ns as f64 / up * 100.0,

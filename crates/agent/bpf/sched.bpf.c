@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+// vassal's event source (issue 6): block and wake events of managed threads, from the
+// scheduler tracepoints, into one ring buffer. Built by crates/agent/build.rs with
+// `clang -target bpf -O2 -g` and loaded by crates/agent/src/bpf.rs (aya).
+//
+// Self-contained on purpose: no vmlinux.h and no libbpf headers. The one kernel struct
+// read, task_struct, is declared with the two fields used and
+// __attribute__((preserve_access_index)), so clang emits CO-RE relocations and the loader
+// fixes the field offsets against the running kernel's BTF (/sys/kernel/btf/vmlinux).
+//
+// Events (struct vassal_event, 24 bytes; decoded by bpf::Event::decode):
+//   BLOCK  sched_switch: prev is managed, !preempt and prev_state != TASK_RUNNING (0):
+//          prev went to sleep (a preemption or a yield is not a block);
+//   WAKE   sched_wakeup: a managed task became runnable (traced once it is on a run
+//          queue: after its own switch-out has been traced, so a wake never overtakes
+//          the block it ends; sched_waking can fire while the sleeper is still switching
+//          out on another CPU);
+//   NEW    sched_wakeup_new: a new thread whose thread-group leader is managed (the
+//          agent adopts it at once instead of at its next rescan).
+// Managed tids are the keys of `tids` (value: the tgid the agent manages them as),
+// inserted and deleted by the agent at join, leave and rescan.
+
+typedef unsigned char __u8;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef int pid_t;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+enum { BPF_MAP_TYPE_HASH = 1, BPF_MAP_TYPE_RINGBUF = 27 };
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
+
+struct task_struct {
+	pid_t pid;
+	pid_t tgid;
+} __attribute__((preserve_access_index));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} tids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} events SEC(".maps");
+
+enum { EV_BLOCK = 1, EV_WAKE = 2, EV_NEW = 3 };
+
+struct vassal_event {
+	__u32 tid;
+	__u32 tgid;
+	__u32 kind;
+	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited), else 0
+	__u64 time; // CLOCK_MONOTONIC ns (bpf_ktime_get_ns)
+};
+
+static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind, __u32 state)
+{
+	struct vassal_event e;
+	e.tid = p->pid;
+	e.tgid = p->tgid;
+	e.kind = kind;
+	e.state = state;
+	e.time = bpf_ktime_get_ns();
+	bpf_ringbuf_output(&events, &e, sizeof(e), 0);
+	return 0;
+}
+
+// tp_btf/sched_switch: (bool preempt, struct task_struct *prev, struct task_struct *next,
+// unsigned int prev_state)
+SEC("tp_btf/sched_switch")
+int vassal_switch(__u64 *ctx)
+{
+	int preempt = (int)(__u8)ctx[0];
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	__u32 prev_state = (__u32)ctx[3];
+	if (preempt || prev_state == 0)
+		return 0;
+	__u32 tid = prev->pid;
+	if (!bpf_map_lookup_elem(&tids, &tid))
+		return 0;
+	return emit(prev, EV_BLOCK, prev_state);
+}
+
+// tp_btf/sched_wakeup: (struct task_struct *p)
+SEC("tp_btf/sched_wakeup")
+int vassal_wakeup(__u64 *ctx)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	__u32 tid = p->pid;
+	if (!bpf_map_lookup_elem(&tids, &tid))
+		return 0;
+	return emit(p, EV_WAKE, 0);
+}
+
+// tp_btf/sched_wakeup_new: (struct task_struct *p)
+SEC("tp_btf/sched_wakeup_new")
+int vassal_wakeup_new(__u64 *ctx)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	__u32 tgid = p->tgid;
+	__u32 tid = p->pid;
+	// A new thread of a managed process (its leader's tid is a key); a new process
+	// (tid == tgid) is not managed.
+	if (tid == tgid || !bpf_map_lookup_elem(&tids, &tgid))
+		return 0;
+	return emit(p, EV_NEW, 0);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,261 @@
+//! The BPF event source: block and wake events of managed threads from the scheduler
+//! tracepoints (`crates/agent/bpf/sched.bpf.c`), through one ring buffer.
+//!
+//! - `tp_btf/sched_switch`: `prev` is managed, not preempted and its state is not
+//!   TASK_RUNNING: it went to sleep ([`Kind::Block`]; the state is kept, so an exit,
+//!   TASK_DEAD, is told apart);
+//! - `tp_btf/sched_wakeup`: a managed thread became runnable ([`Kind::Wake`]). Not
+//!   `sched_waking`: that one fires in `try_to_wake_up` before the waker has waited for
+//!   the sleeper to finish switching out, so on another CPU a sleeper's wake could be
+//!   traced before its own block; `sched_wakeup` fires once the task is on a run queue,
+//!   after its switch-out was traced, so the ring buffer's order is the true order;
+//! - `tp_btf/sched_wakeup_new`: a new thread of a managed process ([`Kind::New`]).
+//!
+//! Managed threads are the keys of the BPF hash map `tids` (value: the process they
+//! belong to), which the agent fills at join and rescan and empties at leave.
+//!
+//! The loader is `aya` (pure Rust): the object is compiled by `build.rs` with clang when
+//! clang is there (the cfg `vassal_bpf`); without it the agent is built without BPF and
+//! [`EventSource::load`] says so, and the agent polls /proc instead.
+
+use std::os::fd::RawFd;
+
+/// What happened to a managed thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// It went to sleep (or stopped, or exited: see [`Event::exited`]).
+    Block,
+    /// It became runnable.
+    Wake,
+    /// A new thread of a managed process (`tgid`) was started.
+    New,
+}
+
+/// One event from the ring buffer (`struct vassal_event` in sched.bpf.c).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub tid: i32,
+    pub tgid: i32,
+    pub kind: Kind,
+    /// The thread's state at a block (`prev_state`); 0 otherwise.
+    pub state: u32,
+    /// When, CLOCK_MONOTONIC ns (`bpf_ktime_get_ns`).
+    pub time: u64,
+}
+
+/// The size of `struct vassal_event`.
+pub const EVENT_SIZE: usize = 24;
+/// TASK_DEAD in a task's state (include/linux/sched.h).
+const TASK_DEAD: u32 = 0x80;
+
+impl Event {
+    /// Decodes one ring-buffer record (native endianness, the kernel's). `None` for a
+    /// record of the wrong size, an unknown kind or a non-positive tid.
+    pub fn decode(b: &[u8]) -> Option<Event> {
+        if b.len() != EVENT_SIZE {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let kind = match u32_at(8) {
+            1 => Kind::Block,
+            2 => Kind::Wake,
+            3 => Kind::New,
+            _ => return None,
+        };
+        let tid = u32_at(0) as i32;
+        let tgid = u32_at(4) as i32;
+        if tid <= 0 || tgid <= 0 {
+            return None;
+        }
+        let state = if kind == Kind::Block { u32_at(12) } else { 0 };
+        Some(Event { tid, tgid, kind, state, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
+    }
+
+    /// The thread exited (its block was its last switch-out).
+    pub fn exited(&self) -> bool {
+        self.kind == Kind::Block && self.state & TASK_DEAD != 0
+    }
+
+    /// Encodes as the BPF program does (for tests).
+    pub fn encode(&self) -> [u8; EVENT_SIZE] {
+        let mut b = [0u8; EVENT_SIZE];
+        b[0..4].copy_from_slice(&(self.tid as u32).to_ne_bytes());
+        b[4..8].copy_from_slice(&(self.tgid as u32).to_ne_bytes());
+        let k: u32 = match self.kind {
+            Kind::Block => 1,
+            Kind::Wake => 2,
+            Kind::New => 3,
+        };
+        b[8..12].copy_from_slice(&k.to_ne_bytes());
+        b[12..16].copy_from_slice(&self.state.to_ne_bytes());
+        b[16..24].copy_from_slice(&self.time.to_ne_bytes());
+        b
+    }
+}
+
+/// Whether this build carries the BPF object (clang was there at build time).
+pub const BUILT: bool = cfg!(vassal_bpf);
+
+#[cfg(vassal_bpf)]
+mod imp {
+    use super::*;
+    use aya::maps::{HashMap, MapData, RingBuf};
+    use aya::programs::BtfTracePoint;
+    use aya::{Btf, Ebpf};
+    use std::os::fd::AsRawFd;
+
+    static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sched.bpf.o"));
+
+    /// The loaded and attached programs, the tid map and the ring buffer. Dropping it
+    /// detaches the programs and frees the maps.
+    pub struct EventSource {
+        ring: RingBuf<MapData>,
+        tids: HashMap<MapData, u32, u32>,
+        /// Owns the programs and their links (kept attached while this lives).
+        _bpf: Ebpf,
+    }
+
+    impl EventSource {
+        /// Loads the object, attaches the three programs and opens the maps.
+        pub fn load() -> Result<EventSource, String> {
+            let mut bpf = Ebpf::load(OBJECT).map_err(|e| format!("loading the BPF object: {e}"))?;
+            let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF (/sys/kernel/btf/vmlinux): {e}"))?;
+            for (prog, tp) in [("vassal_switch", "sched_switch"), ("vassal_wakeup", "sched_wakeup"), ("vassal_wakeup_new", "sched_wakeup_new")] {
+                let p: &mut BtfTracePoint = bpf
+                    .program_mut(prog)
+                    .ok_or_else(|| format!("no program {prog} in the BPF object"))?
+                    .try_into()
+                    .map_err(|e| format!("{prog}: {e}"))?;
+                p.load(tp, &btf).map_err(|e| format!("loading {prog} on tp_btf/{tp}: {e}"))?;
+                p.attach().map_err(|e| format!("attaching {prog} to tp_btf/{tp}: {e}"))?;
+            }
+            let ring = RingBuf::try_from(bpf.take_map("events").ok_or("no map 'events'")?).map_err(|e| format!("ring buffer: {e}"))?;
+            let tids = HashMap::try_from(bpf.take_map("tids").ok_or("no map 'tids'")?).map_err(|e| format!("tid map: {e}"))?;
+            Ok(EventSource { ring, tids, _bpf: bpf })
+        }
+        /// The ring buffer's fd: readable (epoll) when events are waiting.
+        pub fn fd(&self) -> RawFd {
+            self.ring.as_raw_fd()
+        }
+        /// Watches `tid` of process `tgid`. False if the map is full (the caller polls it).
+        pub fn watch(&mut self, tid: i32, tgid: i32) -> bool {
+            self.tids.insert(tid as u32, tgid as u32, 0).is_ok()
+        }
+        pub fn unwatch(&mut self, tid: i32) {
+            let _ = self.tids.remove(&(tid as u32));
+        }
+        /// Appends every waiting event to `out` (records that do not decode are dropped).
+        pub fn drain(&mut self, out: &mut Vec<Event>) {
+            while let Some(item) = self.ring.next() {
+                if let Some(e) = Event::decode(&item) {
+                    out.push(e);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(vassal_bpf))]
+mod imp {
+    use super::*;
+
+    /// Built without BPF: never loads.
+    pub struct EventSource(());
+
+    impl EventSource {
+        pub fn load() -> Result<EventSource, String> {
+            Err("this agent was built without BPF (no clang at build time)".into())
+        }
+        pub fn fd(&self) -> RawFd {
+            -1
+        }
+        pub fn watch(&mut self, _tid: i32, _tgid: i32) -> bool {
+            false
+        }
+        pub fn unwatch(&mut self, _tid: i32) {}
+        pub fn drain(&mut self, _out: &mut Vec<Event>) {}
+    }
+}
+
+pub use imp::EventSource;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_what_the_program_writes() {
+        for (kind, state) in [(Kind::Block, 1), (Kind::Block, TASK_DEAD), (Kind::Wake, 0), (Kind::New, 0)] {
+            let e = Event { tid: 1234, tgid: 1200, kind, state, time: 987_654_321_012 };
+            assert_eq!(Event::decode(&e.encode()), Some(e));
+        }
+        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, time: 1 };
+        assert!(dead.exited());
+        assert!(!Event { state: 1, ..dead }.exited());
+        // A wake's state field is ignored.
+        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, time: 1 }.encode();
+        b[12] = 0x80;
+        assert_eq!(Event::decode(&b).map(|e| e.exited()), Some(false));
+    }
+
+    /// The programs on the live kernel: a watched thread's sleep is a block then a wake,
+    /// in that order, and its exit a block with TASK_DEAD; an unwatched thread is silent.
+    #[cfg(vassal_bpf)]
+    #[test]
+    fn sees_a_watched_thread_block_wake_and_exit() {
+        if !crate::kernel::is_root() {
+            eprintln!("SKIPPED: loading BPF programs needs root");
+            return;
+        }
+        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let (tx, rx) = std::sync::mpsc::channel::<i32>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let spawn = |tx: std::sync::mpsc::Sender<i32>, go: std::sync::mpsc::Receiver<()>| {
+            std::thread::spawn(move || {
+                tx.send(crate::kernel::gettid()).unwrap();
+                go.recv().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            })
+        };
+        let watched = spawn(tx.clone(), go_rx);
+        let (go2_tx, go2_rx) = std::sync::mpsc::channel::<()>();
+        let other = spawn(tx, go2_rx);
+        let (tid, other_tid) = (rx.recv().unwrap(), rx.recv().unwrap());
+        let pid = std::process::id() as i32;
+        assert!(src.watch(tid, pid));
+        let t0 = crate::kernel::now_ns();
+        go_tx.send(()).unwrap();
+        go2_tx.send(()).unwrap();
+        watched.join().unwrap();
+        other.join().unwrap();
+        let mut evs = Vec::new();
+        src.drain(&mut evs);
+        src.unwatch(tid);
+        assert!(evs.iter().all(|e| e.tid == tid && e.tgid == pid && e.time >= t0.saturating_sub(1_000_000)), "{evs:?} (other {other_tid})");
+        let kinds: Vec<(Kind, bool)> = evs.iter().map(|e| (e.kind, e.exited())).collect();
+        let sleep = kinds.windows(2).position(|w| w[0] == (Kind::Block, false) && w[1] == (Kind::Wake, false));
+        assert!(sleep.is_some(), "no block then wake in {kinds:?}");
+        assert_eq!(kinds.last(), Some(&(Kind::Block, true)), "the exit is the last event: {kinds:?}");
+        for w in evs.windows(2) {
+            assert!(w[0].time <= w[1].time, "out of order: {evs:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_malformed_records() {
+        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, time: 9 }.encode();
+        assert!(Event::decode(&good[..23]).is_none());
+        assert!(Event::decode(&[good.as_slice(), &[0]].concat()).is_none());
+        assert!(Event::decode(&[]).is_none());
+        for kind in [0u32, 4, u32::MAX] {
+            let mut b = good;
+            b[8..12].copy_from_slice(&kind.to_ne_bytes());
+            assert!(Event::decode(&b).is_none(), "kind {kind}");
+        }
+        for tid in [0u32, u32::MAX] {
+            let mut b = good;
+            b[0..4].copy_from_slice(&tid.to_ne_bytes());
+            assert!(Event::decode(&b).is_none(), "tid {tid}");
+        }
+    }
+}
