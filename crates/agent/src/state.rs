@@ -715,12 +715,6 @@ impl Agent {
             if let KState::Run { cpu, .. } = want {
                 m.last_cpu = Some(cpu);
             }
-            // Held: stopped first (a running task stops at once; parking a stopped task is
-            // the cheaper call), then parked.
-            if want == KState::Held && !m.stopped {
-                self.hold(id);
-            }
-            let m = self.tasks.get_mut(&id).expect("listed");
             for t in &mut m.threads {
                 // A held thread is first parked; the stop below makes it held.
                 let goal = if want == KState::Held { KState::Parked } else { want };
@@ -748,6 +742,11 @@ impl Agent {
                     Err(_) => self.kernel_errors += 1,
                 }
             }
+            // Held: parked first (the kernel switches a running task out at once, ~30 µs),
+            // then stopped (the stop takes effect when it next gets a CPU, so at once).
+            if want == KState::Held && !self.tasks[&id].stopped {
+                self.hold(id);
+            }
             self.release_or_mark(id);
             let m = &self.tasks[&id];
             quiet &= m.threads.iter().all(|t| t.applied == want);
@@ -764,12 +763,15 @@ impl Agent {
         self.disp.owner(task).is_some_and(|o| o != self.disp.default_sched()) && !self.disp.is_guest(task)
     }
 
-    /// Stops (SIGSTOP) a process that should be held, if it is really runnable: a process
+    /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a process
     /// whose threads all blocked already is only parked, so that a task that asked for a
     /// later time (`timed`) sleeps on its own timer and the next poll sees the block. The
     /// ledger names the process before the SIGSTOP (the guardian continues it).
     fn hold(&mut self, id: u32) {
         let Some(m) = self.tasks.get_mut(&id) else { return };
+        if !m.threads.iter().all(|t| t.applied == KState::Parked) {
+            return;
+        }
         let pid = m.pid;
         let mut runnable = false;
         for t in &mut m.threads {
