@@ -393,6 +393,10 @@ impl Agent {
                 if restore {
                     // Continues the process too if the agent had stopped it (held).
                     self.ledger.restore(t.slot);
+                } else if m.stopped {
+                    // Its main thread is gone (the process exited, or only its leader
+                    // did): whatever threads are left must not stay stopped.
+                    let _ = kernel::signal_thread(m.pid, t.tid, libc::SIGCONT);
                 }
                 self.ledger.clear(t.slot);
             }
