@@ -31,7 +31,7 @@
 //!   beside it has used its slice (at the next 4 ms kernel tick, HZ = 250) EEVDF picks the
 //!   idle task if it is the only eligible one, and slice protection (RUN_TO_PARITY) keeps
 //!   it there until the following tick: one whole 4 ms tick per parking, whatever its
-//!   weight. A reservation of 0.25 of 20 ms periods got 0.29–0.31 of a CPU that way;
+//!   weight. A reservation of 0.25 of 20 ms periods got 0.29–0.32 of a CPU that way;
 //!   held, 0.25. The guardian continues a held process (the ledger names it);
 //! - *parked* (everything else): SCHED_IDLE with its own affinity — it runs when nothing
 //!   else on its CPU is eligible (see *held*: up to one kernel tick per parking).
@@ -767,10 +767,10 @@ impl Agent {
         self.disp.owner(task).is_some_and(|o| o != self.disp.default_sched()) && !self.disp.is_guest(task)
     }
 
-    /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a process
-    /// whose threads all blocked already is only parked, so that a task that asked for a
-    /// later time (`timed`) sleeps on its own timer and the next poll sees the block. The
-    /// ledger names the process before the SIGSTOP (the guardian continues it).
+    /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a
+    /// process whose threads all blocked already is only parked, so that a task that asked
+    /// for a later time (`timed`) sleeps on its own timer and the next poll sees the block.
+    /// The ledger names the process before the SIGSTOP (the guardian continues it).
     fn hold(&mut self, id: u32) {
         let Some(m) = self.tasks.get_mut(&id) else { return };
         if !m.threads.iter().all(|t| t.applied == KState::Parked) {
