@@ -7,14 +7,18 @@
 //!   scheduling it writes that thread's record — tid, start time (so a recycled tid is
 //!   never touched), and the saved state — and only then marks it valid (a release
 //!   store). It clears the record after restoring the thread itself. A record is thus
-//!   valid whenever the thread may be in a state the agent gave it.
+//!   valid whenever the thread may be in a state the agent gave it. A record also names
+//!   the process the agent has stopped (SIGSTOP: a *held* process, hard-capped outside
+//!   its reservation; see `state::KState::Held`), set before the stop and cleared after
+//!   the SIGCONT, so a restore never leaves a stopped task.
 //! - The **life line** is a pipe: the agent holds the write end, the guardian blocks in
 //!   `poll` on the read end. The kernel closes the write end when the agent exits for any
 //!   reason — SIGTERM, a panic (the agent aborts on panic), SIGKILL, OOM — and the poll
 //!   returns POLLHUP at once. The guardian runs at a SCHED_FIFO priority above
 //!   everything the agent hands out, with its memory locked, so it runs within
 //!   microseconds even when managed tasks hold every CPU at real-time priority; it then
-//!   restores every valid record and exits.
+//!   restores every valid record (and continues every process the agent had stopped)
+//!   and exits.
 //! - The agent watches the guardian in turn (`waitpid(WNOHANG)` each dispatcher pass):
 //!   if the guardian dies, the agent restores every task itself and exits, so no task
 //!   is ever managed without a guardian. (If both are killed at the same instant nothing
@@ -22,7 +26,7 @@
 //!   of its CPU.)
 
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::kernel::{self, SchedState, MASK_WORDS};
 
@@ -40,7 +44,8 @@ struct Record {
     policy: i32,
     prio: i32,
     nice: i32,
-    _pad: i32,
+    /// The process (tgid) the agent stopped with SIGSTOP, or 0.
+    stopped: AtomicI32,
     affinity: [u64; MASK_WORDS],
 }
 
@@ -101,6 +106,7 @@ impl Ledger {
             (*r).prio = s.prio;
             (*r).nice = s.nice;
             (*r).affinity = s.affinity;
+            (*r).stopped.store(0, Ordering::Relaxed);
         }
         self.rec(i).state.store(VALID, Ordering::Release);
         Some(Slot(i))
@@ -110,6 +116,29 @@ impl Ledger {
     pub fn saved(&self, slot: Slot) -> (i32, u64, SchedState) {
         let r = self.rec(slot.0);
         (r.tid, r.start_time, SchedState { policy: r.policy, prio: r.prio, nice: r.nice, affinity: r.affinity })
+    }
+
+    /// Notes that the agent is about to stop (`Some(tgid)`: SIGSTOP) or has continued
+    /// (`None`: SIGCONT) the thread's process: a restore then continues it.
+    pub fn set_stopped(&mut self, slot: Slot, tgid: Option<i32>) {
+        self.rec(slot.0).stopped.store(tgid.unwrap_or(0), Ordering::Release);
+    }
+
+    /// Restores one thread to its saved state, if it still exists (same tid and start
+    /// time), and continues its process if the agent had stopped it; the record stays
+    /// valid (see `clear`). Whether the thread was restored.
+    pub fn restore(&self, slot: Slot) -> bool {
+        let (tid, start, s) = self.saved(slot);
+        let stopped = self.rec(slot.0).stopped.load(Ordering::Acquire);
+        if kernel::start_time(tid).ok() != Some(start) {
+            return false;
+        }
+        let ok = kernel::restore(tid, &s).is_ok();
+        if stopped != 0 {
+            // After the policy: it resumes at its original scheduling.
+            let _ = kernel::signal_thread(stopped, tid, libc::SIGCONT);
+        }
+        ok
     }
 
     /// Forgets a slot (after the agent restored the thread, or the thread exited).
@@ -130,8 +159,7 @@ impl Ledger {
             if self.rec(i).state.load(Ordering::Acquire) != VALID {
                 continue;
             }
-            let (tid, start, s) = self.saved(Slot(i));
-            if kernel::start_time(tid).ok() == Some(start) && kernel::restore(tid, &s).is_ok() {
+            if self.restore(Slot(i)) {
                 n += 1;
             }
             self.clear(Slot(i));

@@ -22,8 +22,19 @@
 //!   its next release (a frame, a timed SET) is already at its running priority when the
 //!   timer fires. If the policy would not have picked it, the next pass parks it again:
 //!   a wrong guess costs at most one tick;
-//! - *parked* (everything else): SCHED_IDLE with its own affinity — it runs only on a CPU
-//!   nothing else wants.
+//! - *held* (runnable, not selected, and exclusive to a loaded scheduler — a reservation
+//!   holder outside its slots, a task over its budget): parked, and its process stopped
+//!   with SIGSTOP, continued (SIGCONT) when it is selected again. This is the hard cap:
+//!   SCHED_IDLE alone is not one. Measured (2026-11-22, perf sched_switch): a task demoted
+//!   from SCHED_FIFO to SCHED_IDLE leaves its CPU within ~30 µs, but the kernel's fair
+//!   class (EEVDF) places it at zero lag, i.e. *eligible*, and when the time-sharing task
+//!   beside it has used its slice (at the next 4 ms kernel tick, HZ = 250) EEVDF picks the
+//!   idle task if it is the only eligible one, and slice protection (RUN_TO_PARITY) keeps
+//!   it there until the following tick: one whole 4 ms tick per parking, whatever its
+//!   weight. A reservation of 0.25 of 20 ms periods got 0.29–0.32 of a CPU that way;
+//!   held, 0.25. The guardian continues a held process (the ledger names it);
+//! - *parked* (everything else): SCHED_IDLE with its own affinity — it runs when nothing
+//!   else on its CPU is eligible (see *held*: up to one kernel tick per parking).
 //!
 //! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
 //! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
@@ -78,6 +89,8 @@ pub enum KState {
     Run { cpu: u16, fifo: bool },
     Armed { cpu: u16 },
     Parked,
+    /// Parked, and the process stopped (SIGSTOP): the hard cap (module documentation).
+    Held,
 }
 
 struct Thread {
@@ -93,8 +106,12 @@ struct Thread {
 }
 
 impl Thread {
+    /// Whether the thread is runnable. A held thread is stopped by the agent, not blocked:
+    /// it counts as runnable (it was when it was stopped, and it cannot block while
+    /// stopped); the read still tells whether it is gone.
     fn runnable(&mut self) -> std::io::Result<bool> {
-        self.stat.runnable()
+        let r = self.stat.runnable()?;
+        Ok(r || self.applied == KState::Held)
     }
 }
 
@@ -116,6 +133,8 @@ struct Managed {
     samples: VecDeque<(Ns, u64)>,
     rescanned: Ns,
     want: KState,
+    /// The agent has stopped the process (SIGSTOP) and not yet continued it.
+    stopped: bool,
     /// BPF events about it arrived since the last pass.
     evented: bool,
     /// The earliest wake among them (its BPF time), for the wake-to-run latency.
@@ -444,6 +463,7 @@ impl Agent {
                         want: KState::Untouched,
                         evented: false,
                         woke_at: None,
+                        stopped: false,
                     },
                 );
                 Ok(task)
@@ -550,10 +570,12 @@ impl Agent {
             for t in m.threads {
                 self.unwatch(t.tid);
                 if restore {
-                    let (tid, start, saved) = self.ledger.saved(t.slot);
-                    if kernel::start_time(tid).ok() == Some(start) {
-                        let _ = kernel::restore(tid, &saved);
-                    }
+                    // Continues the process too if the agent had stopped it (held).
+                    self.ledger.restore(t.slot);
+                } else if m.stopped {
+                    // Its main thread is gone (the process exited, or only its leader
+                    // did): whatever threads are left must not stay stopped.
+                    let _ = kernel::signal_thread(m.pid, t.tid, libc::SIGCONT);
                 }
                 self.ledger.clear(t.slot);
             }
@@ -844,7 +866,9 @@ impl Agent {
             for (i, t) in m.threads.iter_mut().enumerate() {
                 let main = i == 0 && t.tid == m.pid;
                 if t.watched {
-                    runnable |= t.run;
+                    // A held thread's stop is traced as a switch-out in state T: a stop, not
+                    // a block (as for polling, `Thread::runnable`).
+                    runnable |= t.run || t.applied == KState::Held;
                 } else {
                     match t.runnable() {
                         Ok(r) => runnable |= r,
@@ -1033,19 +1057,22 @@ impl Agent {
             let want = match self.disp.state(task) {
                 TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt || be_fifo },
                 TaskState::Blocked if rt => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
+                TaskState::Runnable if self.hard_capped(task) => KState::Held,
                 _ => KState::Parked,
             };
             let m = self.tasks.get_mut(&id).expect("listed");
             m.want = want;
-            quiet &= want == KState::Parked;
+            quiet &= matches!(want, KState::Parked | KState::Held);
             if let KState::Run { cpu, .. } = want {
                 m.last_cpu = Some(cpu);
             }
             for t in &mut m.threads {
-                if t.applied == want {
+                // A held thread is first parked; the stop below makes it held.
+                let goal = if want == KState::Held { KState::Parked } else { want };
+                if t.applied == want || t.applied == goal {
                     continue;
                 }
-                let r = match want {
+                let r = match goal {
                     KState::Run { cpu, fifo } => kernel::set_affinity(t.tid, &kernel::one_cpu(cpu)).and_then(|_| {
                         if fifo {
                             kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio)
@@ -1057,17 +1084,95 @@ impl Agent {
                         .and_then(|_| kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1)),
                     KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0)
                         .and_then(|_| kernel::set_affinity(t.tid, &t.orig_affinity)),
-                    KState::Untouched => Ok(()),
+                    KState::Untouched | KState::Held => Ok(()),
                 };
                 match r {
-                    Ok(()) => t.applied = want,
+                    // Leaving held: the thread is parked now (the SIGCONT below releases it).
+                    Ok(()) => t.applied = goal,
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                     Err(_) => self.kernel_errors += 1,
                 }
-                quiet &= t.applied == want;
             }
+            // Held: parked first (the kernel switches a running task out at once, ~30 µs),
+            // then stopped (the stop takes effect when it next gets a CPU, so at once).
+            if want == KState::Held && !self.tasks[&id].stopped {
+                self.hold(id);
+            }
+            self.release_or_mark(id);
+            let m = &self.tasks[&id];
+            quiet &= m.threads.iter().all(|t| t.applied == want);
         }
         self.quiet = quiet;
+    }
+
+    /// Whether a runnable task the dispatcher did not select must not run at all: it is
+    /// exclusive to a loaded scheduler (a reservation holder outside its slots, a task
+    /// over its budget; paper 002's reserved process at its "waiting priority"), so no
+    /// scheduler below may run it, and SCHED_IDLE alone would still give it up to a 4 ms
+    /// kernel tick per parking (module documentation, *held*).
+    fn hard_capped(&self, task: TaskId) -> bool {
+        self.disp.owner(task).is_some_and(|o| o != self.disp.default_sched()) && !self.disp.is_guest(task)
+    }
+
+    /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a
+    /// process whose threads all blocked already is only parked, so that a task that asked
+    /// for a later time (`timed`) sleeps on its own timer and the next poll sees the block.
+    /// The ledger names the process before the SIGSTOP (the guardian continues it).
+    fn hold(&mut self, id: u32) {
+        let Some(m) = self.tasks.get_mut(&id) else { return };
+        if !m.threads.iter().all(|t| t.applied == KState::Parked) {
+            return;
+        }
+        let pid = m.pid;
+        let mut runnable = false;
+        for t in &mut m.threads {
+            runnable |= t.stat.runnable().unwrap_or(false);
+        }
+        if !runnable {
+            return;
+        }
+        for t in &m.threads {
+            self.ledger.set_stopped(t.slot, Some(pid));
+        }
+        match kernel::signal_process(pid, libc::SIGSTOP) {
+            Ok(()) => m.stopped = true,
+            Err(e) => {
+                for t in &m.threads {
+                    self.ledger.set_stopped(t.slot, None);
+                }
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    self.kernel_errors += 1;
+                }
+            }
+        }
+    }
+
+    /// After a process's threads got their new state: continues (SIGCONT) a stopped
+    /// process that should no longer be held, and clears the ledger's note after it; or
+    /// marks the parked threads of a stopped process held.
+    fn release_or_mark(&mut self, id: u32) {
+        let Some(m) = self.tasks.get_mut(&id) else { return };
+        if !m.stopped {
+            return;
+        }
+        let pid = m.pid;
+        if m.want == KState::Held {
+            for t in m.threads.iter_mut().filter(|t| t.applied == KState::Parked) {
+                // Noted already, except a thread listed since the stop.
+                self.ledger.set_stopped(t.slot, Some(pid));
+                t.applied = KState::Held;
+            }
+            return;
+        }
+        match kernel::signal_process(pid, libc::SIGCONT) {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => self.kernel_errors += 1,
+            _ => {
+                m.stopped = false;
+                for t in &m.threads {
+                    self.ledger.set_stopped(t.slot, None);
+                }
+            }
+        }
     }
 
     /// Restores every managed process and forgets it (orderly shutdown).
@@ -1138,6 +1243,7 @@ impl Agent {
                         KState::Run { cpu, fifo: false } => format!("other cpu{cpu}"),
                         KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
                         KState::Parked => "idle".into(),
+                        KState::Held => "idle, stopped".into(),
                     },
                     cpu_ns: m.cpu_ns - m.joined_cpu_ns,
                     share,

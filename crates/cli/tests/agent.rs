@@ -136,6 +136,20 @@ fn policy(pid: i32) -> i32 {
     kernel::get_sched(pid).map(|s| s.policy & !kernel::RESET_ON_FORK).unwrap_or(-1)
 }
 
+/// Whether the process is stopped (state T) or about to be (a SIGSTOP pending: a
+/// runnable task not on a CPU stops when it next gets one): the agent holds it (see
+/// `KState::Held`).
+fn stopped(pid: i32) -> bool {
+    let state_t = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('T')));
+    let pending_stop = std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .filter_map(|l| l.strip_prefix("ShdPnd:"))
+            .any(|m| u64::from_str_radix(m.trim(), 16).is_ok_and(|m| m & (1 << (libc::SIGSTOP - 1)) != 0))
+    });
+    state_t || pending_stop
+}
+
 /// Waits up to `within` for `f` to hold; returns how long it took.
 fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     let t0 = Instant::now();
@@ -404,8 +418,8 @@ fn rtserver_config(slot: &str, frame: &str) -> String {
 /// Paper 002 §2.3: a reserved task runs in its slots of the dispatch table. A CPU-bound
 /// task reserving 0.25 (5 ms every 20 ms) among more CPU-bound hogs than CPUs gets its
 /// 25% of a CPU and, its slot ends being scheduler events on absolute CLOCK_MONOTONIC
-/// timers, no more than one tick per period beyond it (overrun_cap = 0: nothing past the
-/// slot end; a tick of lag = 1 ms of 20 ms = 5 points).
+/// timers and the task held (stopped) outside its slots, hardly more (overrun_cap = 0:
+/// nothing past the slot end; the target is at most one 1 ms tick per 20 ms period).
 #[test]
 fn a_reservation_is_enforced() {
     if !root() {
@@ -444,25 +458,63 @@ fn a_reservation_is_enforced() {
     assert!(matches!(r, Ok(Answer::Ok)), "modify: {r:?}");
     std::thread::sleep(Duration::from_millis(100));
     let modified_share = share(2);
-    drop(hogs);
+    // Outside its slots it is held: stopped (it is CPU-bound, so always runnable).
+    let held = wait_for(Duration::from_secs(1), || stopped(reserved.pid)).is_some();
     drop(agent);
+    // The agent's orderly exit continues it and restores its policy.
+    let released = wait_for(Duration::from_secs(2), || !stopped(reserved.pid) && policy(reserved.pid) == libc::SCHED_OTHER);
+    drop(hogs);
     eprintln!(
         "reserved 0.25 among {} hogs: share {reserved_share:.3}; modified to 0.5: {modified_share:.3}",
         ncpus + 1
     );
-    // Alone among ncpus + 1 hogs, time-sharing would give it ncpus/(ncpus+2) of a CPU.
-    // The agent's slot ends are exact (its trace shows each 5 ms slot ending 5.00 ms after
-    // it began), but a parked task is at SCHED_IDLE, which is not a hard cap: with the
-    // machine otherwise quiet it still gets some leftover CPU (0.29-0.31 of a CPU for the
-    // 0.25 reservation, 0.55-0.65 for 0.5, measured 2026-11-22; under a busy machine
-    // 0.25 and 0.50). So the bounds check what enforcement guarantees here: at least the
-    // reservation, and for 0.25 clearly less than time-sharing would give.
-    let time_sharing = ncpus as f64 / (ncpus as f64 + 2.0);
+    assert!(held, "the reserved task was never held (stopped) outside its slots");
+    assert!(released.is_some(), "the reserved task was left stopped or not restored after the agent exited");
+    // The slot ends are exact to the dispatcher's wake-up latency (p99 ~60 µs), and held
+    // outside them the task gets nothing more (measured 2026-11-22: 0.250 and 0.500 on a
+    // quiet and on a busy machine; before the hold, SCHED_IDLE alone let the kernel's
+    // EEVDF give it a 4 ms kernel tick in about a third of the periods: 0.29-0.32 and
+    // 0.55-0.65 on a quiet machine). The margin, 0.02 (0.4 ms per 20 ms period), holds
+    // a host stall of the VM (1-30 ms now and then) inside the 2-3 s of measurement; the
+    // target, one 1 ms tick per period, would be 0.05.
     for (want, got) in [(0.25, reserved_share), (0.5, modified_share)] {
-        assert!(got > want - 0.05, "reserved {want}, got only {got:.3} of a CPU");
+        assert!((got - want).abs() <= 0.02, "reserved {want} of a CPU, got {got:.3}");
     }
-    assert!(reserved_share < 0.25 + 0.15, "reserved 0.25, got {reserved_share:.3}: not enforced");
-    assert!(reserved_share < time_sharing - 0.05, "reserved 0.25, got {reserved_share:.3}, time-sharing {time_sharing:.3}");
+}
+
+/// A held (stopped) reserved task is continued by the guardian when the agent is
+/// SIGKILLed: the ledger names the process the agent stopped.
+#[test]
+fn sigkill_of_the_agent_continues_a_held_task() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let ncpus = kernel::online_cpus() as usize;
+    let agent = AgentProc::start(&format!("tick = \"1ms\"\n{}", rtserver_config("5ms", "20ms")));
+    let until = now_ns() + 20 * SEC;
+    let (reserved, before) = hog_with_state(until);
+    let hogs: Vec<Worker> = (0..ncpus + 1).map(|_| workers::hog(until).unwrap()).collect();
+    let mut c = agent.client();
+    c.join_pid(reserved.pid, Some("rtserver"), Default::default()).expect("join rtserver");
+    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Reserve { util: 0.25, period_ns: 20 * MS });
+    assert!(matches!(r, Ok(Answer::Ok)), "reserve: {r:?}");
+    // Held for 15 ms of every 20: caught stopped within a few tries.
+    assert!(wait_for(Duration::from_secs(3), || stopped(reserved.pid)).is_some(), "the reserved task was never held");
+    let guardian = agent.guardian_pid();
+    // SAFETY: SIGKILL to our agent.
+    unsafe { libc::kill(agent.agent_pid(), libc::SIGKILL) };
+    let took = wait_for(Duration::from_secs(2), || !stopped(reserved.pid) && same_state(reserved.pid, &before));
+    drop(hogs);
+    let took = took.unwrap_or_else(|| {
+        panic!("not continued and restored: stopped {} state {:?}", stopped(reserved.pid), kernel::get_sched(reserved.pid))
+    });
+    eprintln!("continued and restored the held task {took:?} after SIGKILL of the agent");
+    // And it runs: its CPU clock advances.
+    let clock = kernel::CpuClock::of_process(reserved.pid).unwrap();
+    let c0 = clock.read().unwrap();
+    assert!(wait_for(Duration::from_secs(2), || clock.read().unwrap() > c0 + 10 * MS).is_some(), "the continued task does not run");
+    assert!(wait_for(Duration::from_secs(2), || std::fs::metadata(format!("/proc/{guardian}")).is_err() || std::fs::read_to_string(format!("/proc/{guardian}/stat")).is_ok_and(|s| s.contains(") Z"))).is_some());
 }
 
 /// Raw lines to the broker; the reply to each.
