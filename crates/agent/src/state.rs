@@ -1072,16 +1072,22 @@ impl Agent {
                 if t.applied == want || t.applied == goal {
                     continue;
                 }
+                // Already bound to that one CPU (armed there, or selected there): only the
+                // policy changes, and an affinity call is saved at every wake and block.
+                let bound_to = match t.applied {
+                    KState::Run { cpu, .. } | KState::Armed { cpu } => Some(cpu),
+                    _ => None,
+                };
+                let bind = |cpu: u16| if bound_to == Some(cpu) { Ok(()) } else { kernel::set_affinity(t.tid, &kernel::one_cpu(cpu)) };
                 let r = match goal {
-                    KState::Run { cpu, fifo } => kernel::set_affinity(t.tid, &kernel::one_cpu(cpu)).and_then(|_| {
+                    KState::Run { cpu, fifo } => bind(cpu).and_then(|_| {
                         if fifo {
                             kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio)
                         } else {
                             kernel::set_policy(t.tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
                         }
                     }),
-                    KState::Armed { cpu } => kernel::set_affinity(t.tid, &kernel::one_cpu(cpu))
-                        .and_then(|_| kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1)),
+                    KState::Armed { cpu } => bind(cpu).and_then(|_| kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1)),
                     KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0)
                         .and_then(|_| kernel::set_affinity(t.tid, &t.orig_affinity)),
                     KState::Untouched | KState::Held => Ok(()),
