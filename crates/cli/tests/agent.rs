@@ -4,14 +4,17 @@
 //! worker spins or sleeps only until a deadline, and Drop guards kill and reap agents
 //! and workers on every path, so no real-time or stopped task is ever left behind.
 
+#[path = "common/agent_proc.rs"]
+mod agent_proc;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use agent_proc::AgentProc;
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::wire::{Answer, Call, WireRequest};
@@ -34,101 +37,6 @@ fn root() -> bool {
     } else {
         eprintln!("SKIPPED: the agent tests need root (they change other processes' scheduling policy)");
         false
-    }
-}
-
-static N: AtomicU32 = AtomicU32::new(0);
-
-/// A running agent (a child process), killed and reaped on drop.
-struct AgentProc {
-    child: Child,
-    sock: String,
-    dir: std::path::PathBuf,
-}
-
-impl AgentProc {
-    fn start(config: &str) -> AgentProc {
-        AgentProc::start_with(config, &[])
-    }
-    fn start_with(config: &str, args: &[&str]) -> AgentProc {
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("vassal-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // Unprivileged test clients must reach the socket.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let sock = dir.join("agent.sock").to_string_lossy().into_owned();
-        let cfg = dir.join("agent.toml");
-        std::fs::write(&cfg, format!("socket = \"{sock}\"\n{config}")).unwrap();
-        let child = Command::new("timeout")
-            .args(["-s", "KILL", "60"])
-            .arg(env!("CARGO_BIN_EXE_vassal"))
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the agent");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while UnixStream::connect(&sock).is_err() {
-            assert!(Instant::now() < deadline, "the agent did not open {sock}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        AgentProc { child, sock, dir }
-    }
-    fn client(&self) -> Client {
-        Client::connect(&self.sock).expect("connect")
-    }
-    /// The agent's own pid (the child is `timeout`, whose child is the agent).
-    fn agent_pid(&self) -> i32 {
-        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.child.id())).unwrap_or_default();
-        kids.split_whitespace().next().and_then(|s| s.parse().ok()).expect("the agent runs under timeout")
-    }
-    fn guardian_pid(&self) -> i32 {
-        let a = self.agent_pid();
-        let kids = std::fs::read_to_string(format!("/proc/{a}/task/{a}/children")).unwrap_or_default();
-        kids.split_whitespace().next().and_then(|s| s.parse().ok()).expect("the agent has a guardian child")
-    }
-    fn ctl_as(&self, uid: u32, args: &[&str]) -> (bool, String) {
-        // A copy the other uid can run even if the build tree is private (e.g. /root).
-        let exe = self.dir.join("vassal");
-        if !exe.exists() {
-            std::fs::copy(env!("CARGO_BIN_EXE_vassal"), &exe).unwrap();
-            std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        }
-        let out = Command::new(&exe)
-            .arg("ctl")
-            .arg("--socket")
-            .arg(&self.sock)
-            .args(args)
-            .uid(uid)
-            .gid(65534)
-            .output()
-            .expect("run vassal ctl");
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SIGTERM to the agent itself (an orderly restore), then make sure.
-            if let Some(a) = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.child.id()))
-                .ok()
-                .and_then(|k| k.split_whitespace().next().and_then(|s| s.parse::<i32>().ok()))
-            {
-                // SAFETY: signalling our agent.
-                unsafe { libc::kill(a, libc::SIGTERM) };
-            }
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -9,13 +9,14 @@
 //! and Drop guards kill and reap agents and workers on every path. Each test ends by
 //! checking that none of its processes is left at a real-time policy.
 
-use std::os::unix::process::CommandExt;
+#[path = "common/agent_proc.rs"]
+mod agent_proc;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use vassal_agent::client::Client;
+use agent_proc::AgentProc;
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::wire::{Answer, Call, EjectionRow, SchedRow, TaskRow};
 use vassal_agent::workers::{self, Worker};
@@ -46,76 +47,15 @@ fn ready(name: &str) -> Option<PathBuf> {
     }
 }
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-/// A running agent (a child process under `timeout`), its stderr (the agent's log) in a
-/// file; stopped with SIGTERM (an orderly restore), then killed, and reaped on drop.
-struct AgentProc {
-    child: Child,
-    sock: String,
-    dir: PathBuf,
+/// The agent's answers the module tests read.
+trait Views {
+    fn hierarchy(&self) -> Vec<SchedRow>;
+    fn names(&self) -> Vec<String>;
+    fn tasks(&self) -> Vec<TaskRow>;
+    fn ejections(&self) -> Vec<EjectionRow>;
 }
 
-impl AgentProc {
-    fn start(config: &str) -> AgentProc {
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("vassal-modtest-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let sock = dir.join("agent.sock").to_string_lossy().into_owned();
-        let (child, _) = Self::spawn(&dir, &format!("socket = \"{sock}\"\n{config}"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut me = AgentProc { child, sock, dir };
-        while std::os::unix::net::UnixStream::connect(&me.sock).is_err() {
-            if Instant::now() > deadline || matches!(me.child.try_wait(), Ok(Some(_))) {
-                panic!("the agent did not start: {}", me.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        me
-    }
-    fn spawn(dir: &Path, config: &str) -> (Child, PathBuf) {
-        let cfg = dir.join("agent.toml");
-        std::fs::write(&cfg, config).unwrap();
-        let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-        let child = Command::new("timeout")
-            .args(["-s", "KILL", "60"])
-            .arg(env!("CARGO_BIN_EXE_vassal"))
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the agent");
-        (child, cfg)
-    }
-    fn client(&self) -> Client {
-        Client::connect(&self.sock).expect("connect")
-    }
-    /// What the agent wrote to stderr so far.
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
-    }
-    /// `vassal ctl ARGS` as uid `uid` (0: root).
-    fn ctl_as(&self, uid: u32, args: &[&str]) -> (bool, String) {
-        // A copy another uid can run even if the build tree is private.
-        let exe = self.dir.join("vassal");
-        if !exe.exists() {
-            std::fs::copy(env!("CARGO_BIN_EXE_vassal"), &exe).unwrap();
-            std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        }
-        let mut cmd = Command::new(&exe);
-        cmd.arg("ctl").arg("--socket").arg(&self.sock).args(args);
-        if uid != 0 {
-            cmd.uid(uid).gid(65534);
-        }
-        let out = cmd.output().expect("run vassal ctl");
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
-    }
-    fn ctl(&self, args: &[&str]) -> (bool, String) {
-        self.ctl_as(0, args)
-    }
+impl Views for AgentProc {
     fn hierarchy(&self) -> Vec<SchedRow> {
         match self.client().call(&Call::Hierarchy) {
             Ok(Answer::Hierarchy { schedulers }) => schedulers,
@@ -130,27 +70,6 @@ impl AgentProc {
     }
     fn ejections(&self) -> Vec<EjectionRow> {
         self.client().status().expect("status").ejections
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            if let Some(a) = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.child.id()))
-                .ok()
-                .and_then(|k| k.split_whitespace().next().and_then(|s| s.parse::<i32>().ok()))
-            {
-                // SAFETY: SIGTERM to our agent: it restores every managed task.
-                unsafe { libc::kill(a, libc::SIGTERM) };
-            }
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -411,12 +330,7 @@ fn a_module_in_the_config_is_loaded_at_start() {
         ("[default]\nmodule = \"x.wasm\"\n".to_string(), "the default scheduler cannot be a module"),
         ("[[scheduler]]\nname = \"m\"\nmodule = \"/nonexistent/m.wasm\"\n".to_string(), "scheduler 'm': module /nonexistent/m.wasm: cannot read module file"),
     ] {
-        let dir = std::env::temp_dir().join(format!("vassal-modtest-cfg-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (mut child, _) = AgentProc::spawn(&dir, &format!("socket = \"{}/s\"\n{cfg}", dir.display()));
-        let status = child.wait().unwrap();
-        let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
-        let _ = std::fs::remove_dir_all(&dir);
+        let (status, log) = AgentProc::run_to_exit(&cfg);
         assert!(!status.success() && log.contains(why), "{cfg}: {status:?} {log}");
     }
 }
