@@ -184,3 +184,30 @@ pub(crate) fn encode_task_params(params: &vassal_core::TaskParams) -> Vec<u8> {
     }
     out.into_bytes()
 }
+
+/// A backend's `Exports`, each entry point found by name with the loader's own `$req`
+/// (required: a missing one refuses the module) and `$opt` (optional) macros; `mailbox`
+/// is where the module leaves its last pick's slice. One list of the ABI's exports for
+/// both backends (docs/modules.md).
+macro_rules! exports {
+    ($req:ident, $opt:ident, $mailbox:expr) => {
+        Exports {
+            buffer: $req!("vassal_buffer"),
+            attach: $opt!("vassal_attach"),
+            detach: $opt!("vassal_detach"),
+            wake: $opt!("vassal_wake"),
+            block: $opt!("vassal_block"),
+            dispatch: $opt!("vassal_dispatch"),
+            preempt: $opt!("vassal_preempt"),
+            run: $opt!("vassal_run"),
+            tick: $opt!("vassal_tick"),
+            event: $opt!("vassal_event"),
+            message: $opt!("vassal_message"),
+            pick: $req!("vassal_pick"),
+            refused: $opt!("vassal_refused"),
+            drain_log: $opt!("vassal_drain_log"),
+            mailbox: $mailbox,
+        }
+    };
+}
+pub(crate) use exports;

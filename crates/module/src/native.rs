@@ -27,6 +27,7 @@ use vassal_core::{
 };
 
 use crate::abi::*;
+use crate::glue::exports;
 use crate::{glue, LoadError, ModuleParam};
 
 /// The host's function table, the layout of `vassal_sdk::native::HostFns` (checked by the
@@ -224,23 +225,7 @@ impl NativePolicy {
         let usage_kind: unsafe extern "C" fn() -> i32 = req!("vassal_usage_kind");
         let usage_ppm: unsafe extern "C" fn() -> i64 = req!("vassal_usage_ppm");
         let usage_cpus: unsafe extern "C" fn() -> i64 = req!("vassal_usage_cpus");
-        let ex = Exports {
-            buffer: req!("vassal_buffer"),
-            attach: opt!("vassal_attach"),
-            detach: opt!("vassal_detach"),
-            wake: opt!("vassal_wake"),
-            block: opt!("vassal_block"),
-            dispatch: opt!("vassal_dispatch"),
-            preempt: opt!("vassal_preempt"),
-            run: opt!("vassal_run"),
-            tick: opt!("vassal_tick"),
-            event: opt!("vassal_event"),
-            message: opt!("vassal_message"),
-            pick: req!("vassal_pick"),
-            refused: opt!("vassal_refused"),
-            drain_log: opt!("vassal_drain_log"),
-            mailbox: unsafe { mailbox() },
-        };
+        let ex = exports!(req, opt, unsafe { mailbox() });
         let mut host = Box::new(Host { ctx: std::ptr::null_mut(), kind: String::new(), reason: None, reply: None, logs: Vec::new() });
         let table = Box::new(HostFns {
             abi: ABI_VERSION as u32,

@@ -19,7 +19,7 @@ use vassal_core::{
 use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
 use crate::abi::*;
-use crate::glue;
+use crate::glue::{self, exports};
 
 /// Resource limits of one loaded module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,23 +336,7 @@ impl WasmPolicy {
         let usage_kind: TypedFunc<(), i32> = req!("vassal_usage_kind");
         let usage_ppm: TypedFunc<(), i64> = req!("vassal_usage_ppm");
         let usage_cpus: TypedFunc<(), i64> = req!("vassal_usage_cpus");
-        let ex = Exports {
-            buffer: req!("vassal_buffer"),
-            attach: opt!("vassal_attach"),
-            detach: opt!("vassal_detach"),
-            wake: opt!("vassal_wake"),
-            block: opt!("vassal_block"),
-            dispatch: opt!("vassal_dispatch"),
-            preempt: opt!("vassal_preempt"),
-            run: opt!("vassal_run"),
-            tick: opt!("vassal_tick"),
-            event: opt!("vassal_event"),
-            message: opt!("vassal_message"),
-            pick: req!("vassal_pick"),
-            refused: opt!("vassal_refused"),
-            drain_log: opt!("vassal_drain_log"),
-            mailbox: usize::try_from(mailbox).map_err(|_| LoadError::Abi("negative mailbox address".into()))?,
-        };
+        let ex = exports!(req, opt, usize::try_from(mailbox).map_err(|_| LoadError::Abi("negative mailbox address".into()))?);
         let mut p = WasmPolicy { store, ex, limits, usage: Usage::BestEffort, fault: None, label: label.to_string() };
         let bytes = glue::encode_params(params)?;
         let fail = |p: &WasmPolicy, e: wasmtime::Error| LoadError::Init(describe_error(&e, &p.limits, p.store.data().memory_denied));
