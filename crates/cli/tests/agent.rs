@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent_proc::AgentProc;
+use agent_proc::{serial, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::wire::{Answer, Call, WireRequest};
@@ -22,14 +22,6 @@ use vassal_agent::workers::{self, Worker};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
-
-/// The tests run one at a time: each measures real scheduling, which another test's
-/// hogs would disturb.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn root() -> bool {
     if kernel::is_root() {

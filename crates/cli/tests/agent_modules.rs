@@ -16,20 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent_proc::AgentProc;
+use agent_proc::{serial, AgentProc};
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::wire::{Answer, Call, EjectionRow, SchedRow, TaskRow};
 use vassal_agent::workers::{self, Worker};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
-
-/// One test at a time: real scheduling, which another test's processes would disturb.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The example module `name`, or None (with a message) when the test must skip.
 fn ready(name: &str) -> Option<PathBuf> {

@@ -16,6 +16,14 @@ use vassal_agent::client::Client;
 
 static N: AtomicU32 = AtomicU32::new(0);
 
+/// The tests run one at a time (within a file): each measures real scheduling, which
+/// another test's processes would disturb.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub struct AgentProc {
     pub child: Child,
     pub sock: String,
