@@ -299,7 +299,7 @@ impl WasmPolicy {
             logs: Vec::new(),
             abi_fault: None,
         };
-        let mut store = Store::new(&engine, host);
+        let mut store = Store::new(engine, host);
         store.limiter(|h| h as &mut dyn wasmtime::ResourceLimiter);
         store.set_fuel(limits.fuel_per_call).map_err(|e| LoadError::Invalid(e.to_string()))?;
         let instance = linker(engine)
