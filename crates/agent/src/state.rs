@@ -926,7 +926,13 @@ impl Agent {
                 }
             }
             if runnable && st == TaskState::Blocked {
-                self.disp.wake(now, task, Wake { voluntary: true, ..Wake::default() });
+                // An armed task is already running where it was armed (the kernel ran it
+                // the instant it woke): policies may prefer that CPU (`Wake::cpu`).
+                let cpu = self.tasks.get(&id).and_then(|m| match m.want {
+                    KState::Armed { cpu } => Some(CpuId(cpu)),
+                    _ => None,
+                });
+                self.disp.wake(now, task, Wake { voluntary: true, cpu, ..Wake::default() });
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
                 }

@@ -89,6 +89,11 @@ pub struct Wake {
     pub interrupt: Option<u32>,
     /// The wake-up is flagged for low-latency dispatch (BVT's SA_BVT_WARP analogue).
     pub warp: bool,
+    /// The CPU the task is already running on: set by a mechanism whose kernel starts a
+    /// woken task before the dispatcher hears of the wake (the Linux agent's *armed*
+    /// tasks, docs/agent.md). A policy choosing which CPU to preempt for it may prefer
+    /// this one, so the task need not be moved. None in the simulator.
+    pub cpu: Option<CpuId>,
 }
 
 /// How a task stopped being runnable.

@@ -1210,7 +1210,7 @@ fn wake_block_and_remove() {
     // The CPUs are idle: waking kicks the first one it may use.
     effects(&mut d);
     take(&log);
-    assert!(d.wake(1, t, Wake { voluntary: true, interrupt: None, warp: false }));
+    assert!(d.wake(1, t, Wake { voluntary: true, interrupt: None, warp: false, cpu: None }));
     assert_eq!(take(&log), s(&["hi: wake task0", "def: wake task0"]));
     assert_eq!(effects(&mut d), [Effect::Resched(C0)]);
     assert!(!d.wake(1, t, Wake::default()), "already runnable");

@@ -63,7 +63,7 @@ fn bvt_decisions(top: Option<&PathBuf>) -> Vec<(Option<TaskId>, Option<Ns>, Opti
         if r % 5 == 0 {
             let t = tasks[(r >> 8) as usize % tasks.len()];
             if d.state(t) == TaskState::Blocked {
-                d.wake(now, t, Wake { voluntary: true, warp: r % 3 == 0, interrupt: None });
+                d.wake(now, t, Wake { voluntary: true, warp: r % 3 == 0, interrupt: None, cpu: None });
             }
         }
         cur = d.schedule(now, cpu, Preempt::SliceExpired);

@@ -729,18 +729,21 @@ impl Bvt {
     /// thread")? If not, each CPU it may use whose running task would reach the §2.1
     /// crossover against it before that task's slice ends gets a scheduler event then.
     fn check_preempt(&mut self, ctx: &mut Ctx, j: TaskId) {
-        self.offer(ctx, j, None, true);
+        self.offer(ctx, j, None, true, None);
     }
 
     /// `may_preempt`: a wake-up (or warp) that may preempt now; otherwise (a task requeued
     /// by `pick` on `exclude`) only crossovers are armed and idle CPUs are asked to decide.
-    fn offer(&mut self, ctx: &mut Ctx, j: TaskId, exclude: Option<CpuId>, may_preempt: bool) {
+    /// The victim is the CPU whose task's EVT exceeds E_j by the most — or `prefer` (the
+    /// CPU the mechanism already runs j on, `Wake::cpu`) if j may preempt there too.
+    fn offer(&mut self, ctx: &mut Ctx, j: TaskId, exclude: Option<CpuId>, may_preempt: bool, prefer: Option<CpuId>) {
         let now = ctx.now();
         let Some(tj) = self.task(j) else { return };
         if tj.st != St::Queued {
             return;
         }
         let mut victim: Option<(i128, CpuId)> = None;
+        let mut preferred = false;
         let mut arm: Vec<(CpuId, Ns)> = Vec::new();
         for cpu in ctx.affinity(j).iter() {
             if cpu.0 >= ctx.ncpus() {
@@ -769,6 +772,9 @@ impl Bvt {
                     WakePreempt::Allowance => self.c_rule(ti.weight, ei, ej),
                 };
             if preempt {
+                if Some(cpu) == prefer {
+                    preferred = true;
+                }
                 if below(-(ei - ej), victim.map(|(m, _)| -m)) {
                     victim = Some((ei - ej, cpu));
                 }
@@ -777,6 +783,7 @@ impl Bvt {
             }
         }
         if let Some((_, cpu)) = victim {
+            let cpu = if preferred { prefer.unwrap_or(cpu) } else { cpu };
             self.cpu(cpu).no_favour = true;
             let _ = ctx.resched(cpu);
             return;
@@ -1017,7 +1024,7 @@ impl Policy for Bvt {
         if voluntary || wake.warp {
             self.try_warp(ctx, task);
         }
-        self.check_preempt(ctx, task);
+        self.offer(ctx, task, None, true, wake.cpu);
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
@@ -1318,7 +1325,7 @@ impl Policy for Bvt {
         // tasks must now also give way to it at their crossover (§2.4), and an idle CPU
         // may take it at once.
         if let Some(p) = prev.map(|p| p.0).filter(|&p| p != id && usable(self, p)) {
-            self.offer(ctx, p, Some(cpu), false);
+            self.offer(ctx, p, Some(cpu), false, None);
         }
         Some(Decision { task: id, slice })
     }

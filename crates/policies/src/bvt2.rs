@@ -532,7 +532,7 @@ impl Bvt2 {
                 // Warp first, so the wake-up's preemption check sees it.
                 self.sync_warp(ctx);
                 self.agg = St::Runnable;
-                let wake = Wake { voluntary: true, interrupt: None, warp: false };
+                let wake = Wake { voluntary: true, interrupt: None, warp: false, cpu: None };
                 self.call(ctx, Level::L0, |b, c| b.on_wake(c, AGG, wake));
             }
             St::Runnable if !runnable => {

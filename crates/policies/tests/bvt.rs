@@ -37,7 +37,7 @@ fn cfg(c_mcu: u64) -> BvtConfig {
     BvtConfig { mcu: MCU, c: mcu(c_mcu), ..BvtConfig::default() }
 }
 
-const VOL: Wake = Wake { voluntary: true, interrupt: None, warp: false };
+const VOL: Wake = Wake { voluntary: true, interrupt: None, warp: false, cpu: None };
 
 // ----- a policy wrapper so the test can look inside the boxed policy -----
 
@@ -1141,5 +1141,28 @@ proptest! {
         let bound = mcu((c + 1) * n + borrowed) as u128;
         let (lag, _) = run_shares(&weights, &warps, c, 1500, &toggles);
         prop_assert!(lag <= bound, "lag {} > {}", lag, bound);
+    }
+}
+
+// ----- Wake::cpu: the mechanism already runs the woken task on a CPU -----
+
+#[test]
+fn a_wake_prefers_the_cpu_the_task_already_runs_on() {
+    // Two CPU-bound tasks on two CPUs; a warped task wakes and may preempt either. Without
+    // a hint BVT preempts the CPU whose task's EVT exceeds E_j by the most; with
+    // `Wake::cpu` naming either CPU it preempts that one (the Linux agent's armed task is
+    // already running there) — in particular the one it would not have chosen.
+    let run = |hint: Option<u16>| {
+        let mut sim = Sim::new(2, cfg(2));
+        let _a = sim.add(params(&[]), true);
+        let _b = sim.add(params(&[("weight", 2)]), true);
+        let x = sim.add(params(&[("warp", mcu(100) as i64)]), false);
+        sim.advance(mcu(10));
+        sim.wake(x, Wake { cpu: hint.map(CpuId), ..VOL });
+        (0..2u16).find(|&c| sim.running(c) == Some(x))
+    };
+    let default = run(None).expect("the warped task preempts a CPU");
+    for hint in [0u16, 1] {
+        assert_eq!(run(Some(hint)), Some(hint), "hint {hint} (without a hint: CPU {default})");
     }
 }

@@ -1238,7 +1238,7 @@ impl Sim {
             self.tasks[h].irqs.push_back(self.now);
             if self.tasks[h].wait == Wait::Interrupt {
                 let step = self.step(h);
-                let wake = Wake { voluntary: true, interrupt: Some(src.vector), warp: src.warp };
+                let wake = Wake { voluntary: true, interrupt: Some(src.vector), warp: src.warp, cpu: None };
                 self.resume_with(h, step, wake);
             }
         }

@@ -524,7 +524,7 @@ pub mod rt {
         with(now, |p, ctx| p.on_detach(ctx, TaskId(task as u32), why))
     }
     pub fn wake(now: i64, task: i32, flags: i32, irq: i64) {
-        let w = Wake { voluntary: flags & 1 != 0, warp: flags & 2 != 0, interrupt: (irq >= 0).then_some(irq as u32) };
+        let w = Wake { voluntary: flags & 1 != 0, warp: flags & 2 != 0, interrupt: (irq >= 0).then_some(irq as u32), cpu: None };
         with(now, |p, ctx| p.on_wake(ctx, TaskId(task as u32), w))
     }
     pub fn block(now: i64, task: i32, voluntary: i32) {
