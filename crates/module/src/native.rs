@@ -178,7 +178,16 @@ fn open_private_copy(bytes: &[u8], label: &str) -> Result<libloading::Library, L
     let n = COPIES.fetch_add(1, Ordering::Relaxed);
     let safe: String = label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' { c } else { '_' }).collect();
     let path = std::env::temp_dir().join(format!("vassal-native-{}-{n}-{safe}", std::process::id()));
-    std::fs::write(&path, bytes).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
+    // A new file only (O_CREAT|O_EXCL: never through a symlink or into someone else's file
+    // planted at the name), readable by us alone; the temp dir's sticky bit keeps others
+    // from swapping it before it is opened.
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(&path)?;
+        f.write_all(bytes)
+    };
+    write().map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
     // SAFETY: loading a library runs its initialisers: the trust a native module is given.
     let lib = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) };
     let _ = std::fs::remove_file(&path); // the mapping stays
