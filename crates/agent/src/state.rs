@@ -106,11 +106,13 @@ struct Thread {
 }
 
 impl Thread {
-    /// Whether the thread is runnable. A held thread is stopped by the agent, not blocked:
-    /// it counts as runnable (it was when it was stopped, and it cannot block while
-    /// stopped); the read still tells whether it is gone.
+    /// Whether the thread is runnable: as the BPF events last said if it is watched, else
+    /// read from /proc (an error: it is gone). A held thread is stopped by the agent, not
+    /// blocked: it counts as runnable (it was when it was stopped, and it cannot block
+    /// while stopped), whatever wchan says or the event of its stop (a switch-out in
+    /// state T).
     fn runnable(&mut self) -> std::io::Result<bool> {
-        let r = self.stat.runnable()?;
+        let r = if self.watched { self.run } else { self.stat.runnable()? };
         Ok(r || self.applied == KState::Held)
     }
 }
@@ -351,38 +353,29 @@ impl Agent {
     /// be applied, at the processes' rescans (every `RESCAN_BPF`), and at least once a
     /// second.
     pub fn next_deadline(&self) -> Ns {
-        if let Source::Bpf(_) = self.source {
-            let tick = self.cfg.tick;
+        let tick = self.cfg.tick;
+        let mut d = if let Source::Bpf(_) = self.source {
             let mut d = self.last_pass.saturating_add(SEC);
-            if let Some(&(at, _, _)) = self.events.first() {
-                d = d.min(at);
-            }
-            for &e in self.slice_end.iter().flatten() {
-                d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
-            }
             if self.unapplied {
                 d = d.min(self.next_tick);
             }
             if let Some(r) = self.tasks.values().map(|m| m.rescanned + RESCAN_BPF).min() {
                 d = d.min(r);
             }
-            // A contained module's watchdog expiry is a deadline of its own.
-            if let Some(w) = self.disp.next_watchdog() {
-                d = d.min(w);
-            }
-            return d;
-        }
-        let every = if self.quiet { PARKED_EVERY } else { self.backoff };
-        let mut d = self.next_tick + (every - 1) * self.cfg.tick;
+            d
+        } else {
+            let every = if self.quiet { PARKED_EVERY } else { self.backoff };
+            self.next_tick + (every - 1) * tick
+        };
         if let Some(&(at, _, _)) = self.events.first() {
             d = d.min(at);
         }
         // A slice end is acted on at the first tick at or after it: a slice overruns by
         // less than one tick, and slice ends add no wake-ups of their own.
-        let tick = self.cfg.tick;
         for &e in self.slice_end.iter().flatten() {
             d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
         }
+        // A contained module's watchdog expiry is a deadline of its own.
         if let Some(w) = self.disp.next_watchdog() {
             d = d.min(w);
         }
@@ -865,16 +858,10 @@ impl Agent {
             let mut gone = false;
             for (i, t) in m.threads.iter_mut().enumerate() {
                 let main = i == 0 && t.tid == m.pid;
-                if t.watched {
-                    // A held thread's stop is traced as a switch-out in state T: a stop, not
-                    // a block (as for polling, `Thread::runnable`).
-                    runnable |= t.run || t.applied == KState::Held;
-                } else {
-                    match t.runnable() {
-                        Ok(r) => runnable |= r,
-                        Err(_) if main => gone = true,
-                        Err(_) => {}
-                    }
+                match t.runnable() {
+                    Ok(r) => runnable |= r,
+                    Err(_) if main => gone = true,
+                    Err(_) => {}
                 }
                 if main && rescan && matches!(t.stat.state(), Ok(b'Z' | b'X') | Err(_)) {
                     gone = true;
