@@ -17,8 +17,16 @@
 //          out on another CPU);
 //   NEW    sched_wakeup_new: a new thread whose thread-group leader is managed (the
 //          agent adopts it at once instead of at its next rescan).
-// Managed tids are the keys of `tids` (value: the tgid the agent manages them as),
-// inserted and deleted by the agent at join, leave and rescan.
+// Managed tids are the keys of `tids` (value: the tgid the agent manages them as, with
+// QUIET_WAKE set while the agent needs no wake-up for its wake), inserted and deleted by
+// the agent at join, leave and rescan.
+//
+// Wake-ups: the agent's dispatcher sleeps in epoll on the ring buffer. Every event wakes
+// it (BPF_RB_FORCE_WAKEUP: the default wakes the reader only when it had read
+// everything, and a quiet record below may be waiting unread) except the WAKE of a thread
+// marked QUIET_WAKE (BPF_RB_NO_WAKEUP): a thread the agent armed — the kernel runs it the
+// instant it wakes — whose wake the agent takes at its next pass (state.rs, "quiet
+// wakes").
 
 typedef unsigned char __u8;
 typedef unsigned int __u32;
@@ -34,6 +42,9 @@ enum { BPF_MAP_TYPE_HASH = 1, BPF_MAP_TYPE_RINGBUF = 27 };
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
+
+enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
+#define QUIET_WAKE 0x80000000u
 
 struct task_struct {
 	pid_t pid;
@@ -62,7 +73,7 @@ struct vassal_event {
 	__u64 time; // CLOCK_MONOTONIC ns (bpf_ktime_get_ns)
 };
 
-static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind, __u32 state)
+static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind, __u32 state, __u64 flags)
 {
 	struct vassal_event e;
 	e.tid = p->pid;
@@ -70,7 +81,7 @@ static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind
 	e.kind = kind;
 	e.state = state;
 	e.time = bpf_ktime_get_ns();
-	bpf_ringbuf_output(&events, &e, sizeof(e), 0);
+	bpf_ringbuf_output(&events, &e, sizeof(e), flags);
 	return 0;
 }
 
@@ -87,7 +98,7 @@ int vassal_switch(__u64 *ctx)
 	__u32 tid = prev->pid;
 	if (!bpf_map_lookup_elem(&tids, &tid))
 		return 0;
-	return emit(prev, EV_BLOCK, prev_state);
+	return emit(prev, EV_BLOCK, prev_state, BPF_RB_FORCE_WAKEUP);
 }
 
 // tp_btf/sched_wakeup: (struct task_struct *p)
@@ -96,9 +107,10 @@ int vassal_wakeup(__u64 *ctx)
 {
 	struct task_struct *p = (struct task_struct *)ctx[0];
 	__u32 tid = p->pid;
-	if (!bpf_map_lookup_elem(&tids, &tid))
+	__u32 *v = bpf_map_lookup_elem(&tids, &tid);
+	if (!v)
 		return 0;
-	return emit(p, EV_WAKE, 0);
+	return emit(p, EV_WAKE, 0, (*v & QUIET_WAKE) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
 }
 
 // tp_btf/sched_wakeup_new: (struct task_struct *p)
@@ -112,7 +124,7 @@ int vassal_wakeup_new(__u64 *ctx)
 	// (tid == tgid) is not managed.
 	if (tid == tgid || !bpf_map_lookup_elem(&tids, &tgid))
 		return 0;
-	return emit(p, EV_NEW, 0);
+	return emit(p, EV_NEW, 0, BPF_RB_FORCE_WAKEUP);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

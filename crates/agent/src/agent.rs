@@ -3,6 +3,7 @@
 //!
 //! Threads and processes:
 //! - **guardian** (a process, SCHED_FIFO `guardian_priority`): see [`crate::guardian`];
+//!   the dispatcher holds its life lock, so its death is heard first;
 //! - **dispatcher** (a thread, SCHED_FIFO `dispatcher_priority`, memory locked, timer
 //!   slack 1 ns): runs [`Agent::pass`] whenever something needs deciding and sleeps in
 //!   `epoll_wait` on (crate::wait) a timerfd armed with the absolute CLOCK_MONOTONIC time
@@ -26,7 +27,7 @@ use crate::config::{Config, EventsMode};
 use crate::guardian::{Guardian, Ledger};
 use crate::kernel;
 use crate::state::{Agent, Source};
-use crate::wait::{Epoll, Timer};
+use crate::wait::{Epoll, Signals, Timer};
 
 /// Runs the agent until SIGTERM or SIGINT. Must be root.
 pub fn run(cfg: Config) -> Result<(), String> {
@@ -51,7 +52,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        // The CPU-clock timers' signal too: the dispatcher reads it from a signalfd.
+        let mut all = set;
+        libc::sigaddset(&mut all, kernel::cpu_timer_signal());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
         set
     };
     kernel::mlockall().map_err(|e| format!("mlockall: {e}"))?;
@@ -120,20 +124,27 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
     }
     // SAFETY: a prctl on the calling thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    // The guardian hears of this thread's death first of all (crate::guardian, life lock).
+    if let Err(e) = guardian.hold_life_lock() {
+        eprintln!("vassal agent: cannot take the guardian's life lock ({e}): after SIGKILL the restore waits for the life line");
+    }
     const TIMER: u64 = 1 << 0;
     const BROKER: u64 = 1 << 1;
     const GUARDIAN: u64 = 1 << 3;
-    let setup = || -> std::io::Result<(Epoll, Timer)> {
+    const CPU_TIMERS: u64 = 1 << 4;
+    let setup = || -> std::io::Result<(Epoll, Timer, Signals)> {
         let ep = Epoll::new()?;
         let timer = Timer::new()?;
+        let sigs = Signals::new(kernel::cpu_timer_signal())?;
         ep.add(timer.fd(), 0)?;
         ep.add(shared.wake.fd(), 1)?;
         if let Some(fd) = lock(&shared.agent).event_fd() {
             ep.add(fd, 2)?;
         }
-        Ok((ep, timer))
+        ep.add(sigs.fd(), 4)?;
+        Ok((ep, timer, sigs))
     };
-    let (mut ep, mut timer) = match setup() {
+    let (mut ep, mut timer, sigs) = match setup() {
         Ok(x) => x,
         Err(e) => {
             eprintln!("vassal agent: dispatcher wait set: {e}; restoring every managed task and exiting");
@@ -153,6 +164,7 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
     let mut checked = 0;
     let mut ready = 0u64;
     let mut on_cpus = 0u64;
+    let mut fired = Vec::new();
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -162,6 +174,11 @@ fn dispatch(shared: Arc<Shared>, guardian: Guardian, prio: i32) {
             shared.wake.clear();
         }
         let mut g = lock(&shared.agent);
+        if ready & CPU_TIMERS != 0 {
+            fired.clear();
+            sigs.drain(&mut fired);
+            g.cpu_timers_fired(&fired);
+        }
         let now = kernel::now_ns();
         g.pass(now);
         let check = now >= checked + GUARDIAN_CHECK;

@@ -12,7 +12,10 @@
 //! - `tp_btf/sched_wakeup_new`: a new thread of a managed process ([`Kind::New`]).
 //!
 //! Managed threads are the keys of the BPF hash map `tids` (value: the process they
-//! belong to), which the agent fills at join and rescan and empties at leave.
+//! belong to, and [`QUIET_WAKE`] while the agent needs no wake-up for its wakes), which
+//! the agent fills at join and rescan and empties at leave. Every event wakes the agent's
+//! dispatcher except the wake of a thread marked quiet ([`EventSource::set_quiet_wake`]):
+//! that record waits in the ring buffer for the dispatcher's next pass.
 //!
 //! The loader is `aya` (pure Rust): the object is compiled by `build.rs` with clang when
 //! clang is there (the cfg `vassal_bpf`); without it the agent is built without BPF and
@@ -93,6 +96,9 @@ impl Event {
     }
 }
 
+/// The flag in a `tids` value that makes the thread's wakes quiet (sched.bpf.c).
+pub const QUIET_WAKE: u32 = 0x8000_0000;
+
 /// Whether this build carries the BPF object (clang was there at build time).
 pub const BUILT: bool = cfg!(vassal_bpf);
 
@@ -144,6 +150,12 @@ mod imp {
         pub fn unwatch(&mut self, tid: i32) {
             let _ = self.tids.remove(&(tid as u32));
         }
+        /// Makes the wakes of watched `tid` (of `tgid`) quiet or not (see the module
+        /// documentation). False if the map refused.
+        pub fn set_quiet_wake(&mut self, tid: i32, tgid: i32, quiet: bool) -> bool {
+            let v = tgid as u32 | if quiet { QUIET_WAKE } else { 0 };
+            self.tids.insert(tid as u32, v, 0).is_ok()
+        }
         /// Appends every waiting event to `out` (records that do not decode are dropped).
         pub fn drain(&mut self, out: &mut Vec<Event>) {
             while let Some(item) = self.ring.next() {
@@ -173,6 +185,9 @@ mod imp {
             false
         }
         pub fn unwatch(&mut self, _tid: i32) {}
+        pub fn set_quiet_wake(&mut self, _tid: i32, _tgid: i32, _quiet: bool) -> bool {
+            false
+        }
         pub fn drain(&mut self, _out: &mut Vec<Event>) {}
     }
 }

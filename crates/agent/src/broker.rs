@@ -295,6 +295,8 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     ejections: a.ejections(),
                     events: a.source_name().into(),
                     bpf_events: a.bpf_events,
+                    replayed_runs: a.replayed_runs,
+                    bounds_fired: a.bounds_fired,
                 }))
             })
         }

@@ -19,7 +19,19 @@
 //!   microseconds even when managed tasks hold every CPU at real-time priority; it then
 //!   restores every valid record (and continues every process the agent had stopped)
 //!   and exits.
-//! - The agent watches the guardian in turn (`waitpid(WNOHANG)` each dispatcher pass):
+//! - The **life lock** hears of a death sooner. The kernel closes a dying process's files
+//!   only after it has torn down its address space, and under load the agent's
+//!   time-sharing threads (main, broker) take a while to get the CPU to die: the life
+//!   line alone heard of a SIGKILL 4–136 ms late at load 14–21. The life lock is a robust
+//!   process-shared mutex in a shared page, held by the dispatcher thread (SCHED_FIFO)
+//!   from its start, and waited for by a second guardian thread. When the dispatcher
+//!   thread dies — SIGKILL, abort, or its own exit — the kernel walks its robust list as
+//!   the first step of its exit, before any memory is freed, marks the mutex
+//!   owner-dead and wakes the waiter (`EOWNERDEAD`). The dispatcher tells the guardian it
+//!   holds the lock by writing one byte into the life line; only then does the waiter
+//!   start, so it can never take the lock first. Whichever of the two hears first
+//!   restores; the other does nothing.
+//! - The agent watches the guardian in turn (a pidfd in the dispatcher's wait set):
 //!   if the guardian dies, the agent restores every task itself and exits, so no task
 //!   is ever managed without a guardian. (If both are killed at the same instant nothing
 //!   is left to restore; the kernel's RT throttling still bounds a raised task to 95%
@@ -168,17 +180,59 @@ impl Ledger {
     }
 }
 
+/// The life lock (module documentation): a robust, process-shared mutex in a page shared
+/// with the guardian.
+struct LifeLock(*mut libc::pthread_mutex_t);
+
+// SAFETY: the mutex is made for use by several threads and processes.
+unsafe impl Send for LifeLock {}
+// SAFETY: as above; its one operation (`lock`) is the mutex's own, thread-safe.
+unsafe impl Sync for LifeLock {}
+
+impl LifeLock {
+    fn new() -> io::Result<LifeLock> {
+        let len = std::mem::size_of::<libc::pthread_mutex_t>();
+        // SAFETY: a fresh anonymous shared mapping; the mutex is initialised in it before
+        // anyone uses it, with attributes that are destroyed after.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0);
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let m: *mut libc::pthread_mutex_t = p.cast();
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut attr);
+            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+            let r = libc::pthread_mutex_init(m, &attr);
+            libc::pthread_mutexattr_destroy(&mut attr);
+            if r != 0 {
+                return Err(io::Error::from_raw_os_error(r));
+            }
+            Ok(LifeLock(m))
+        }
+    }
+    /// Locks it; returns when it is held or its holder died (`EOWNERDEAD`: held now).
+    fn lock(&self) -> i32 {
+        // SAFETY: an initialised mutex in a mapping that is never unmapped.
+        unsafe { libc::pthread_mutex_lock(self.0) }
+    }
+}
+
 /// A running guardian, as the agent sees it.
 pub struct Guardian {
     pub pid: i32,
-    /// The write end of the life line; the agent never writes to it, it only keeps it open.
+    /// The write end of the life line; the agent writes one byte to it, when the
+    /// dispatcher holds the life lock, and otherwise only keeps it open.
     _life: std::os::fd::OwnedFd,
+    lock: LifeLock,
 }
 
 impl Guardian {
     /// Forks the guardian. Call it while the process is still single-threaded (before
     /// the broker and dispatcher threads start), after creating the ledger.
     pub fn spawn(ledger: &Ledger, prio: i32) -> io::Result<Guardian> {
+        let lock = LifeLock::new()?;
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two fds.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
@@ -193,7 +247,7 @@ impl Guardian {
         if pid == 0 {
             // SAFETY: our own fd.
             unsafe { libc::close(fds[1]) };
-            let code = guard(Ledger { base: ledger.base, next: 0 }, fds[0], prio);
+            let code = guard(Ledger { base: ledger.base, next: 0 }, fds[0], LifeLock(lock.0), prio);
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(code) };
         }
@@ -202,7 +256,23 @@ impl Guardian {
         use std::os::fd::FromRawFd;
         // SAFETY: fds[1] is a fresh fd we own.
         let life = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
-        Ok(Guardian { pid, _life: life })
+        Ok(Guardian { pid, _life: life, lock })
+    }
+
+    /// Takes the life lock for the calling thread — the dispatcher, at its start — and
+    /// tells the guardian so (module documentation). The thread then holds it until it
+    /// dies.
+    pub fn hold_life_lock(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let r = self.lock.lock();
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        // SAFETY: writes one byte from a local to our own pipe.
+        if unsafe { libc::write(self._life.as_raw_fd(), b"L".as_ptr().cast(), 1) } != 1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Moves the agent's end of the life line to an fd above every fd open now. When the
@@ -232,8 +302,10 @@ impl Guardian {
     }
 }
 
-/// The guardian's whole life: wait for the agent to go, then restore.
-fn guard(mut ledger: Ledger, life: i32, prio: i32) -> i32 {
+/// The guardian's whole life: wait for the agent to go, then restore. Two threads wait:
+/// this one on the life line, and (once the dispatcher holds it) one on the life lock.
+/// The first to hear restores every record and ends the guardian (`_exit`).
+fn guard(mut ledger: Ledger, life: i32, lock: LifeLock, prio: i32) -> i32 {
     // SAFETY: simple syscalls in a single-threaded child.
     unsafe {
         let name = c"vassal-guardian";
@@ -246,17 +318,55 @@ fn guard(mut ledger: Ledger, life: i32, prio: i32) -> i32 {
     }
     let _ = kernel::mlockall();
     let _ = kernel::set_self(prio);
+    static RESTORING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    // Restores once, from whichever thread gets here first, and ends the process; the
+    // other waits for that end (returning, it could end the process mid-restore).
+    let restore = move |ledger: &mut Ledger, why: &str| {
+        if RESTORING.swap(true, Ordering::AcqRel) {
+            loop {
+                std::thread::park();
+            }
+        }
+        let n = ledger.restore_all();
+        if n > 0 {
+            eprintln!("vassal-guardian: the agent is gone ({why}); restored {n} thread(s) to their original scheduling");
+        }
+        // SAFETY: ends the guardian, both threads, without running anything else.
+        unsafe { libc::_exit(0) };
+    };
+    let mut lock = Some(lock);
     loop {
         let mut p = libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd we own.
         let r = unsafe { libc::poll(&mut p, 1, -1) };
-        if r == 1 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0 {
+        if r != 1 {
+            continue;
+        }
+        let mut byte = 0u8;
+        // SAFETY: reads at most one byte into a local.
+        let n = if p.revents & libc::POLLIN != 0 { unsafe { libc::read(life, (&mut byte as *mut u8).cast(), 1) } } else { 0 };
+        if n == 1 {
+            // The dispatcher holds the life lock: wait for it in a thread of our own.
+            if let Some(lock) = lock.take() {
+                let mut theirs = Ledger { base: ledger.base, next: 0 };
+                let waiter = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
+                    let _ = kernel::set_self(prio);
+                    // The dispatcher never unlocks it: this returns when it died.
+                    match lock.lock() {
+                        0 | libc::EOWNERDEAD => restore(&mut theirs, "its dispatcher thread died"),
+                        e => eprintln!("vassal-guardian: life lock: {}; the life line alone guards", io::Error::from_raw_os_error(e)),
+                    }
+                });
+                if waiter.is_err() {
+                    eprintln!("vassal-guardian: cannot start the life-lock waiter; the life line alone guards");
+                }
+            }
+            continue;
+        }
+        if n == 0 || p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
             break;
         }
     }
-    let n = ledger.restore_all();
-    if n > 0 {
-        eprintln!("vassal-guardian: the agent is gone; restored {n} thread(s) to their original scheduling");
-    }
+    restore(&mut ledger, "its life line closed");
     0
 }

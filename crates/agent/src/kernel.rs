@@ -258,6 +258,53 @@ impl CpuClock {
     }
 }
 
+/// The signal a [`CpuTimer`] raises: the first real-time signal glibc leaves to programs
+/// plus one. The agent blocks it in every thread and reads it from a signalfd
+/// (`wait::Signals`) in the dispatcher's wait set.
+pub fn cpu_timer_signal() -> i32 {
+    libc::SIGRTMIN() + 1
+}
+
+/// A POSIX timer on another process's CPU clock: it raises [`cpu_timer_signal`] in this
+/// process when that process has used CPU up to a set amount. The kernel checks CPU
+/// timers at its own tick on the CPU where the process runs, so it fires within one
+/// kernel tick (4 ms at HZ = 250) of the amount.
+pub struct CpuTimer(libc::timer_t);
+
+// SAFETY: a timer id is a plain handle; every call on it takes &mut self or self.
+unsafe impl Send for CpuTimer {}
+
+impl CpuTimer {
+    /// A timer on `clock` whose signal carries `tag` (`wait::Signals::drain`).
+    pub fn new(clock: &CpuClock, tag: u32) -> io::Result<CpuTimer> {
+        // SAFETY: sigevent is plain data; zeroed is a valid start.
+        let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
+        sev.sigev_notify = libc::SIGEV_SIGNAL;
+        sev.sigev_signo = cpu_timer_signal();
+        sev.sigev_value = libc::sigval { sival_ptr: tag as usize as *mut libc::c_void };
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        // SAFETY: reads one sigevent, writes one timer id we own.
+        check(unsafe { libc::timer_create(clock.0, &mut sev, &mut id) })?;
+        Ok(CpuTimer(id))
+    }
+    /// Fires when the process's CPU clock reaches `at` ns (absolute); 0 disarms it.
+    pub fn set(&mut self, at: u64) -> io::Result<()> {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: (at / 1_000_000_000) as libc::time_t, tv_nsec: (at % 1_000_000_000) as _ },
+        };
+        // SAFETY: our timer; reads one itimerspec.
+        check(unsafe { libc::timer_settime(self.0, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) })
+    }
+}
+
+impl Drop for CpuTimer {
+    fn drop(&mut self) {
+        // SAFETY: our timer, deleted once.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
 /// The calling thread's CPU time, ns (for the agent's own overhead).
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -151,7 +151,7 @@ pub fn run(exe: &std::path::Path, names: &[String]) -> Result<Vec<RealRow>, Stri
         rows.extend(vassal_table2(exe).map_err(e)?);
     }
     if wanted("real.overhead") {
-        rows.extend(overhead(exe).map_err(e)?);
+        rows.extend(overhead(exe, &names).map_err(e)?);
     }
     if rows.is_empty() {
         return Err(format!(
@@ -500,12 +500,19 @@ fn vassal_table2(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
 
 // ----- overhead -----
 
-fn overhead(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
+/// `names`: as given to `run`; a name deeper than `real.overhead` (say
+/// `real.overhead.bpf.tick4ms`) runs only the configurations it names.
+fn overhead(exe: &std::path::Path, names: &[String]) -> io::Result<Vec<RealRow>> {
     let mut rows = Vec::new();
     // Each event source: "auto" (BPF where it loads; the rows are named by the source the
     // agent reports, and carry the targets), then "poll" (the fallback, for comparison).
     for events in ["auto", "poll"] {
         for (tick, target) in [("1ms", 1.5), ("4ms", 0.5)] {
+            let named = if events == "auto" { "bpf" } else { events };
+            let prefix = format!("real.overhead.{named}.tick{tick}.");
+            if !names.is_empty() && !names.iter().any(|n| prefix.starts_with(n.as_str()) || n.starts_with(&prefix)) {
+                continue;
+            }
             let agent = AgentProcess::start(exe, &format!("tick = \"{tick}\"\nevents = \"{events}\"\n"), 60)?;
             let start = now_ns() + 300 * MS;
             let frames = 240;
@@ -535,7 +542,7 @@ fn overhead(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
             rows.push(baseline(
                 &id("passes_per_s"),
                 passes / secs,
-                "dispatcher passes per second (BPF events, scheduler events, slice ends, broker calls; polls when polling)",
+                "dispatcher passes per second (BPF blocks and loud wakes, scheduler events, slice ends, broker calls, CPU-clock bounds; polls when polling)",
             ));
             rows.push(baseline(
                 &id("us_per_pass"),
@@ -544,6 +551,11 @@ fn overhead(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
             ));
             if src == "bpf" {
                 rows.push(baseline(&id("events_per_s"), (s1.bpf_events - s0.bpf_events) as f64 / secs, "BPF block/wake events received per second"));
+                rows.push(baseline(
+                    &id("replayed_per_s"),
+                    (s1.replayed_runs - s0.replayed_runs) as f64 / secs,
+                    "runs of the armed video told to the policy at its block (quiet wakes: its wake woke no pass)",
+                ));
             }
         }
     }

@@ -33,8 +33,10 @@
 //!   it there until the following tick: one whole 4 ms tick per parking, whatever its
 //!   weight. A reservation of 0.25 of 20 ms periods got 0.29–0.32 of a CPU that way;
 //!   held, 0.25. The guardian continues a held process (the ledger names it);
-//! - *parked* (everything else): SCHED_IDLE with its own affinity — it runs when nothing
-//!   else on its CPU is eligible (see *held*: up to one kernel tick per parking).
+//! - *parked* (everything else): SCHED_IDLE, bound where the agent last bound it (its own
+//!   affinity if it never was) — it runs when nothing else on its CPU is eligible (see
+//!   *held*: up to one kernel tick per parking). Staying bound saves an affinity call at
+//!   each parking, and another when it is selected on that CPU again.
 //!
 //! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
 //! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
@@ -53,6 +55,21 @@
 //! tick); see `Agent::next_deadline`. With BPF a block or wake is acted on one dispatcher
 //! wake-up after it happens; polling, up to one tick late while things change, up to
 //! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
+//!
+//! **Quiet wakes** (BPF source). The kernel runs an armed task the instant it wakes, so
+//! waking the dispatcher for that wake buys nothing when the policy will pick it anyway,
+//! and a 60 fps task's wakes were a third of all passes. An armed process of the default
+//! scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose wake
+//! outside its slots must be held at once) therefore has its threads marked in the BPF map
+//! (`bpf::QUIET_WAKE`): their wakes wait in the ring buffer for the next pass, while
+//! blocks still wake the dispatcher. A pass that finds such a process woken and blocked
+//! again replays its run to the policy in order (`replay_run`): wake, the decisions that
+//! follow, the CPU it used, block. A process that wakes and does not block again is
+//! bounded by a POSIX timer on its CPU clock (`kernel::CpuTimer`), set at each pass to one
+//! tick of CPU past what it has used: the kernel checks it at its own tick, so an armed
+//! task runs unseen for at most one agent tick of CPU plus one kernel tick (4 ms at
+//! HZ = 250) — a runaway warped task is then dispatched, and its warp limit applies, from
+//! that pass on. The timer's signal is read from a signalfd in the dispatcher's wait set.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -103,6 +120,11 @@ struct Thread {
     watched: bool,
     /// Runnable, as the BPF events last said (read from /proc when it was adopted).
     run: bool,
+    /// The one CPU the agent bound it to (None: still its own affinity). A parked thread
+    /// stays where it was bound (module documentation, *parked*).
+    bound: Option<u16>,
+    /// Its wakes are quiet in the BPF map (`bpf::QUIET_WAKE`; see "Quiet wakes").
+    quiet: bool,
 }
 
 impl Thread {
@@ -141,6 +163,12 @@ struct Managed {
     evented: bool,
     /// The earliest wake among them (its BPF time), for the wake-to-run latency.
     woke_at: Option<Ns>,
+    /// Armed with quiet wakes (see "Quiet wakes" in the module documentation).
+    quiet: bool,
+    /// The bound on an armed process's unseen run: a timer on its CPU clock (BPF source).
+    bound: Option<kernel::CpuTimer>,
+    /// The CPU-clock value `bound` is set to fire at (0: disarmed).
+    bound_at: u64,
 }
 
 /// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
@@ -181,7 +209,8 @@ pub struct Agent {
     pub started: Ns,
     /// Errors of kernel calls, counted (a task that vanished mid-call is not an error).
     pub kernel_errors: u64,
-    /// $VASSAL_AGENT_TRACE: a file to log every wake, block and decision to (debugging).
+    /// $VASSAL_AGENT_TRACE: a file prefix to log every pass, wake, block and decision to
+    /// (debugging; the file is PREFIX.PID, so the agents of `repro --real` keep theirs).
     trace: Option<std::io::BufWriter<std::fs::File>>,
     /// `vassal agent --trace FILE`: the decisions as a Chrome trace (crate::chrome).
     chrome: Option<crate::chrome::ChromeTrace>,
@@ -195,6 +224,10 @@ pub struct Agent {
     ev_buf: Vec<crate::bpf::Event>,
     /// BPF events seen, and those about tids no longer managed (for `status`).
     pub bpf_events: u64,
+    /// Runs of armed processes replayed (`replay_run`), and CPU-clock bounds that fired
+    /// (`cpu_timers_fired`), for `status`.
+    pub replayed_runs: u64,
+    pub bounds_fired: u64,
     /// When the last pass ran.
     last_pass: Ns,
     /// Some thread's kernel state could not be applied yet (retried at the next tick).
@@ -287,11 +320,13 @@ impl Agent {
             kernel_errors: 0,
             modules,
             ejections: VecDeque::new(),
-            trace: std::env::var_os("VASSAL_AGENT_TRACE").and_then(|p| std::fs::File::create(p).ok()).map(std::io::BufWriter::new),
+            trace: std::env::var("VASSAL_AGENT_TRACE").ok().and_then(|p| std::fs::File::create(format!("{p}.{}", std::process::id())).ok()).map(std::io::BufWriter::new),
             chrome,
             source: Source::Poll,
             ev_buf: Vec::new(),
             bpf_events: 0,
+            replayed_runs: 0,
+            bounds_fired: 0,
             last_pass: now,
             unapplied: false,
         })
@@ -370,10 +405,15 @@ impl Agent {
         if let Some(&(at, _, _)) = self.events.first() {
             d = d.min(at);
         }
-        // A slice end is acted on at the first tick at or after it: a slice overruns by
-        // less than one tick, and slice ends add no wake-ups of their own.
+        // A slice end is acted on within one tick after it. Polling, at the first poll
+        // (tick) at or after it: slice ends add no wake-ups of their own. With BPF
+        // events, at the first pass at or after it, whatever brings that pass, and one
+        // tick after it at the latest: a slice end that another pass can take adds no
+        // wake-up (the passes of a 60 fps video's blocks, the other CPU's slice ends).
+        let bpf = matches!(self.source, Source::Bpf(_));
         for &e in self.slice_end.iter().flatten() {
-            d = d.min(self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick);
+            let latest = if bpf { e.saturating_add(tick) } else { self.next_tick + e.saturating_sub(self.next_tick).div_ceil(tick) * tick };
+            d = d.min(latest);
         }
         // A contained module's watchdog expiry is a deadline of its own.
         if let Some(w) = self.disp.next_watchdog() {
@@ -382,26 +422,32 @@ impl Agent {
         d
     }
 
-    /// The CPUs the dispatcher thread should run on (a bit mask): those where no
-    /// process is armed, if there are any, else all; None when no process is armed (it
-    /// may stay where it is, so a task's arm-run-arm cycle costs no affinity change). An
-    /// armed process runs the instant it wakes, and with BPF events its wake also wakes
-    /// the dispatcher; on the armed CPU the dispatcher (at a higher priority) would
-    /// preempt the very task it woke for.
+    /// The CPUs the dispatcher thread should run on (a bit mask), or None: it may stay
+    /// where it is (so a task's arm-run-arm cycle costs no affinity change).
+    /// - Not on the CPU of a process armed with loud wakes: it runs the instant it wakes,
+    ///   and its wake also wakes the dispatcher, which (at a higher priority) would
+    ///   preempt the very task it woke for.
+    /// - On the CPU of a process armed with quiet wakes, if there is one: its wakes do not
+    ///   wake the dispatcher, its blocks do, and a wake-up from the CPU the dispatcher
+    ///   sleeps on costs it a third of one from another CPU (measured on this VM: ~5 µs of
+    ///   CPU against ~18 µs, where the cross-CPU wake-up also leaves an idle or busy CPU).
     pub fn dispatcher_cpus(&self) -> Option<u64> {
         let all = if self.ncpus >= 64 { u64::MAX } else { (1u64 << self.ncpus) - 1 };
-        let armed = self
-            .tasks
-            .values()
-            .filter_map(|m| match m.want {
-                KState::Armed { cpu } if cpu < 64 => Some(1u64 << cpu),
-                _ => None,
-            })
-            .fold(0, |a, b| a | b);
-        if armed == 0 {
+        let (mut loud, mut quiet) = (0u64, 0u64);
+        for m in self.tasks.values() {
+            if let KState::Armed { cpu } = m.want {
+                if cpu < 64 {
+                    *(if m.quiet { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
+                }
+            }
+        }
+        let free = all & !loud;
+        if free & quiet != 0 {
+            Some(free & quiet)
+        } else if loud == 0 {
             None
-        } else if all & !armed != 0 {
-            Some(all & !armed)
+        } else if free != 0 {
+            Some(free)
         } else {
             Some(all)
         }
@@ -436,6 +482,12 @@ impl Agent {
         let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| t.orig_affinity[0]));
         match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
             Ok(task) => {
+                // With BPF events, an armed process's wakes may be quiet, bounded by this
+                // timer (its signal carries the task id).
+                let bound = match self.source {
+                    Source::Bpf(_) => kernel::CpuTimer::new(&clock, task.0).ok(),
+                    Source::Poll => None,
+                };
                 self.by_pid.insert(pid, task);
                 self.tasks.insert(
                     task.0,
@@ -457,6 +509,9 @@ impl Agent {
                         evented: false,
                         woke_at: None,
                         stopped: false,
+                        quiet: false,
+                        bound,
+                        bound_at: 0,
                     },
                 );
                 Ok(task)
@@ -488,7 +543,7 @@ impl Agent {
             Source::Poll => false,
         };
         let run = stat.state().is_ok_and(|s| s == b'R');
-        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched, watched, run })
+        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched, watched, run, quiet: false, bound: None })
     }
 
     fn unwatch(&mut self, tid: i32) {
@@ -741,6 +796,15 @@ impl Agent {
         self.last_pass = now;
         let changes = self.changes;
         self.take_events();
+        if let Some(tr) = self.trace.as_mut() {
+            // What brought this pass: its events, and how far the next scheduler event
+            // and each CPU's slice end are (µs; negative: due).
+            use std::io::Write;
+            let us = |t: Ns| (t as i64 - now as i64) / 1000;
+            let slices: Vec<Option<i64>> = self.slice_end.iter().map(|e| e.map(us)).collect();
+            let event = self.events.first().map(|e| us(e.0));
+            let _ = writeln!(tr, "{} pass: {} BPF events, scheduler event {event:?}, slice ends {slices:?}", now / 1000, self.ev_buf.len());
+        }
         self.poll(now);
         while let Some(&(at, sched, token)) = self.events.first() {
             if at > now {
@@ -912,14 +976,14 @@ impl Agent {
                     t.runnable(now, m.pid as u32, runnable);
                 }
             }
+            // An armed task is already running where it was armed (the kernel ran it the
+            // instant it woke): policies may prefer that CPU (`Wake::cpu`).
+            let armed = self.tasks.get(&id).and_then(|m| match m.want {
+                KState::Armed { cpu } => Some(CpuId(cpu)),
+                _ => None,
+            });
             if runnable && st == TaskState::Blocked {
-                // An armed task is already running where it was armed (the kernel ran it
-                // the instant it woke): policies may prefer that CPU (`Wake::cpu`).
-                let cpu = self.tasks.get(&id).and_then(|m| match m.want {
-                    KState::Armed { cpu } => Some(CpuId(cpu)),
-                    _ => None,
-                });
-                self.disp.wake(now, task, Wake { voluntary: true, cpu, ..Wake::default() });
+                self.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
                 }
@@ -930,9 +994,53 @@ impl Agent {
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = None;
                 }
+            } else if let (Some(cpu), Some(_), false) = (armed, woke_at, runnable) {
+                self.replay_run(now, task, cpu);
             }
             if rescan {
                 self.rescan(now, id);
+            }
+        }
+    }
+
+    /// An armed process woke and blocked again since the last pass (a quiet wake, or a run
+    /// shorter than the dispatcher's wake-up): the kernel ran it on `cpu`, where it was
+    /// armed, the instant it woke. The policy is told what happened, in order: the wake
+    /// (and the decisions it leads to), the CPU it used (told at its dispatch, as for any
+    /// run), the block. All at `now`: a pass runs on one clock. If the policy would not
+    /// have run it, what it used stays untold until its next dispatch (see `poll`). No
+    /// latency sample: the agent did not dispatch it, the kernel did.
+    fn replay_run(&mut self, now: Ns, task: TaskId, cpu: CpuId) {
+        self.changes += 1;
+        self.replayed_runs += 1;
+        self.disp.wake(now, task, Wake { voluntary: true, cpu: Some(cpu), ..Wake::default() });
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            m.runnable_since = None;
+        }
+        self.decide(now);
+        if let (TaskState::Running(c), Some(m)) = (self.disp.state(task), self.tasks.get_mut(&task.0)) {
+            let ran = std::mem::take(&mut m.unaccounted);
+            if ran > 0 {
+                self.disp.account(now, task, c, ran);
+            }
+        }
+        if let Some(c) = self.disp.block(now, task, Block { voluntary: true }) {
+            self.effects_push_resched(c);
+        }
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(tr, "{} {task} replayed a run on {cpu}", now / 1000);
+        }
+    }
+
+    /// The CPU-clock timers of these tasks (the values their signals carried: task ids)
+    /// fired: each such process is read at this pass, and its timer set again from there.
+    pub fn cpu_timers_fired(&mut self, tasks: &[u64]) {
+        for &t in tasks {
+            if let Some(m) = u32::try_from(t).ok().and_then(|t| self.tasks.get_mut(&t)).filter(|m| m.bound_at != 0) {
+                m.evented = true;
+                m.bound_at = 0;
+                self.bounds_fired += 1;
             }
         }
     }
@@ -969,6 +1077,13 @@ impl Agent {
     /// Carries out what the policies asked (events, reschedules), then applies the
     /// resulting decisions to the kernel.
     pub fn settle(&mut self, now: Ns) {
+        self.decide(now);
+        self.enforce();
+    }
+
+    /// Carries out what the policies asked (events, reschedules): the decisions, not yet
+    /// applied to the kernel.
+    fn decide(&mut self, now: Ns) {
         for _round in 0..1000 {
             // Containment of loaded modules (issue 8): a module that failed since the last
             // round is ejected before anything else is decided.
@@ -1034,7 +1149,6 @@ impl Agent {
                 }
             }
         }
-        self.enforce();
     }
 
     /// Applies the dispatcher's decisions as kernel state (see the module documentation).
@@ -1065,26 +1179,27 @@ impl Agent {
                 if t.applied == want || t.applied == goal {
                     continue;
                 }
-                // Already bound to that one CPU (armed there, or selected there): only the
-                // policy changes, and an affinity call is saved at every wake and block.
-                let bound_to = match t.applied {
+                // Bound first, to the one CPU of a selected or armed thread; a thread
+                // already bound there (it was selected, armed or parked there) only changes
+                // policy: an affinity call is saved at every wake, block and parking.
+                let cpu = match goal {
                     KState::Run { cpu, .. } | KState::Armed { cpu } => Some(cpu),
                     _ => None,
                 };
-                let bind = |cpu: u16| if bound_to == Some(cpu) { Ok(()) } else { kernel::set_affinity(t.tid, &kernel::one_cpu(cpu)) };
-                let r = match goal {
-                    KState::Run { cpu, fifo } => bind(cpu).and_then(|_| {
-                        if fifo {
-                            kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio)
-                        } else {
-                            kernel::set_policy(t.tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
-                        }
-                    }),
-                    KState::Armed { cpu } => bind(cpu).and_then(|_| kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1)),
-                    KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0)
-                        .and_then(|_| kernel::set_affinity(t.tid, &t.orig_affinity)),
+                let mut r = Ok(());
+                if let Some(cpu) = cpu.filter(|&c| t.bound != Some(c)) {
+                    r = kernel::set_affinity(t.tid, &kernel::one_cpu(cpu));
+                    if r.is_ok() {
+                        t.bound = Some(cpu);
+                    }
+                }
+                let r = r.and_then(|_| match goal {
+                    KState::Run { fifo: true, .. } => kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio),
+                    KState::Run { fifo: false, .. } => kernel::set_policy(t.tid, libc::SCHED_OTHER | RESET_ON_FORK, 0),
+                    KState::Armed { .. } => kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
+                    KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
                     KState::Untouched | KState::Held => Ok(()),
-                };
+                });
                 match r {
                     // Leaving held: the thread is parked now (the SIGCONT below releases it).
                     Ok(()) => t.applied = goal,
@@ -1098,10 +1213,52 @@ impl Agent {
                 self.hold(id);
             }
             self.release_or_mark(id);
+            let quiet_wakes = matches!(want, KState::Armed { .. }) && !self.hard_capped(task);
+            self.set_quiet(id, quiet_wakes);
             let m = &self.tasks[&id];
             quiet &= m.threads.iter().all(|t| t.applied == want);
         }
         self.quiet = quiet;
+    }
+
+    /// Makes an armed process's wakes quiet, or not (module documentation, "Quiet
+    /// wakes"): each of its threads armed in the kernel is marked in the BPF map, and its
+    /// CPU-clock timer is set one tick of CPU past what it has used (disarmed when not
+    /// quiet). A process without a timer, or with a thread the map does not watch, is
+    /// never quiet.
+    fn set_quiet(&mut self, id: u32, want: bool) {
+        let tick = self.cfg.tick;
+        let Source::Bpf(src) = &mut self.source else { return };
+        let Some(m) = self.tasks.get_mut(&id) else { return };
+        let quiet = want && m.bound.is_some() && m.threads.iter().all(|t| t.watched && t.applied == m.want);
+        // Quiet: the timer first, then the map; not quiet: the map first. A quiet wake is
+        // never unbounded.
+        if !quiet {
+            for t in m.threads.iter_mut().filter(|t| t.quiet) {
+                if src.set_quiet_wake(t.tid, m.pid, false) {
+                    t.quiet = false;
+                }
+            }
+        }
+        let at = if quiet { m.cpu_ns + tick } else { 0 };
+        if m.bound_at != at {
+            match m.bound.as_mut().map_or(Ok(()), |b| b.set(at)) {
+                Ok(()) => m.bound_at = at,
+                Err(_) => {
+                    self.kernel_errors += 1;
+                    m.quiet = false;
+                    return;
+                }
+            }
+        }
+        if quiet {
+            for t in m.threads.iter_mut().filter(|t| !t.quiet) {
+                if src.set_quiet_wake(t.tid, m.pid, true) {
+                    t.quiet = true;
+                }
+            }
+        }
+        m.quiet = quiet && m.threads.iter().all(|t| t.quiet);
     }
 
     /// Whether a runnable task the dispatcher did not select must not run at all: it is

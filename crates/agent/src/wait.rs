@@ -83,6 +83,41 @@ impl Timer {
     }
 }
 
+/// A signalfd for one signal, which the caller has blocked in every thread: readable
+/// while an instance of it is pending for the process.
+pub struct Signals(OwnedFd);
+
+impl Signals {
+    pub fn new(sig: i32) -> io::Result<Signals> {
+        // SAFETY: sigset manipulation on a local set; a plain syscall.
+        let fd = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+        };
+        fd_or_err(fd).map(Signals)
+    }
+    /// Takes every pending instance, appending the value each carries (a POSIX timer's
+    /// `sigev_value`) to `out`.
+    pub fn drain(&self, out: &mut Vec<u64>) {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: [libc::signalfd_siginfo; 8] = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: reads into our array.
+            let r = unsafe { libc::read(self.0.as_raw_fd(), info.as_mut_ptr().cast(), std::mem::size_of_val(&info)) };
+            if r <= 0 {
+                return;
+            }
+            let n = r as usize / std::mem::size_of::<libc::signalfd_siginfo>();
+            out.extend(info[..n].iter().map(|i| i.ssi_ptr));
+        }
+    }
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// A pidfd (readable when the process exits).
 pub fn pidfd(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall.

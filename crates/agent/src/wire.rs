@@ -222,6 +222,13 @@ pub struct Status {
     /// BPF events received (0 when polling).
     #[serde(default)]
     pub bpf_events: u64,
+    /// Runs of armed processes the dispatcher heard of only after they blocked again
+    /// (quiet wakes, docs/agent.md), told to the policies in order.
+    #[serde(default)]
+    pub replayed_runs: u64,
+    /// Times an armed process's CPU-clock bound fired (it ran a tick of CPU unseen).
+    #[serde(default)]
+    pub bounds_fired: u64,
 }
 
 impl Answer {

@@ -391,6 +391,12 @@ fn print_answer(a: &Answer) {
                 s.ledger_records,
                 s.kernel_errors
             );
+            if s.events == "bpf" {
+                println!(
+                    "{} BPF events; {} runs of armed tasks replayed (quiet wakes), {} CPU-clock bounds fired",
+                    s.bpf_events, s.replayed_runs, s.bounds_fired
+                );
+            }
             for e in &s.ejections {
                 println!(
                     "ejected {:.1}s ago: module scheduler '{}' ({}): {}; tasks [{}]",
