@@ -809,13 +809,13 @@ impl Sim {
     /// it is contained ([`vassal_core::Containment`], watchdog [`vassal_module::DEFAULT_WATCHDOG`]).
     fn load_module(&mut self, k: usize) {
         let spec = self.sc.schedulers[k].clone();
-        let policy = match crate::modules::build_module(&spec.policy, self.sc.machine.cpus) {
-            Ok(p) => p,
+        let module = match crate::modules::build_module(&spec.policy, self.sc.machine.cpus) {
+            Ok(m) => m,
             Err(e) => return self.metrics.note(self.now, format!("scheduler '{}' not loaded: {e}", spec.name)),
         };
-        let (usage, what) = (policy.usage(), format!("{} ({})", vassal_core::Policy::kind(&policy), policy.label()));
+        let (usage, what) = (module.usage, format!("{} ({})", module.policy.kind(), module.file));
         let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
-        match self.disp.register(&spec.name, Box::new(policy), usage, pos) {
+        match self.disp.register(&spec.name, module.policy, usage, pos) {
             Ok(id) => {
                 let guard = vassal_core::Containment { watchdog: Some(vassal_module::DEFAULT_WATCHDOG) };
                 self.disp.contain(id, guard).expect("a scheduler just registered above the default");

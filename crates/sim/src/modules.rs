@@ -3,15 +3,19 @@
 //!
 //! A module scheduler's [`PolicySpec`] has the kind `module:PATH` (the path resolved
 //! against the scenario file's directory) and the module's own parameters; its `usage` is
-//! the one the module declares. The engine loads it with [`vassal_module::WasmPolicy`],
-//! contains it (a fault, an invalid decision or the watchdog ejects it, and its tasks go to
-//! the scheduler below), and unloads it to the scheduler below.
+//! the one the module declares. The engine opens it with [`vassal_module::open_file`] —
+//! WebAssembly (sandboxed: a fresh fuel budget per call, so a runaway module is ejected
+//! at the same decision in every run) or a native shared library (trusted: the same
+//! policy at native speed, but a module that never returns hangs the simulation; see
+//! docs/modules.md "Native modules"), told apart by the file's first bytes — contains it
+//! (a fault, an invalid decision or the watchdog ejects it, and its tasks go to the
+//! scheduler below), and unloads it to the scheduler below.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vassal_core::Usage;
-use vassal_module::{Limits, ModuleParam, WasmPolicy};
+use vassal_core::{Policy, Usage};
+use vassal_module::{Limits, ModuleParam};
 use vassal_policies::ParamValue;
 
 use crate::model::PolicySpec;
@@ -53,16 +57,26 @@ fn module_params(params: &BTreeMap<String, ParamValue>) -> BTreeMap<String, Modu
         .collect()
 }
 
-/// Loads (compiles, instantiates, initialises) the module of `spec` for `ncpus` CPUs.
-pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<WasmPolicy, String> {
+/// A module opened for a run: the policy, the usage it declared, and its file's name.
+pub struct BuiltModule {
+    pub policy: Box<dyn Policy>,
+    pub usage: Usage,
+    pub file: String,
+}
+
+/// Opens (compiles or maps, instantiates, initialises) the module of `spec` for `ncpus`
+/// CPUs, of either form.
+pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<BuiltModule, String> {
     let path = module_path(spec).ok_or_else(|| format!("'{}' is not a module", spec.kind))?;
-    WasmPolicy::from_file(path, ncpus, &module_params(&spec.params), Limits::default())
-        .map_err(|e| format!("module {}: {e}", path.display()))
+    let opened = vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default())
+        .map_err(|e| format!("module {}: {e}", path.display()))?;
+    let file = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    Ok(BuiltModule { policy: opened.policy, usage: opened.usage, file })
 }
 
 /// Loads the module once to check it and read its declared usage (scenario parsing).
 pub fn probe(spec: &PolicySpec, ncpus: u16) -> Result<Usage, String> {
-    build_module(spec, ncpus).map(|p| p.usage())
+    build_module(spec, ncpus).map(|m| m.usage)
 }
 
 /// Where `vassal sim --load` puts a module, by scheduler name.

@@ -85,6 +85,20 @@ fn log_has(r: &Report, what: &str) -> bool {
     r.log.iter().any(|l| l.contains(what))
 }
 
+/// The native form of a module (the same source built as a shared library with the C
+/// ABI) loads in a scenario too, and makes the same schedule as its WebAssembly form.
+#[test]
+fn a_native_module_schedules_like_its_webassembly_form() {
+    let native = vassal_module::native_example_path("rr").unwrap();
+    let wasm = run(parse(&scenario(&module_scheduler("rr", ""))));
+    let loaded = run(parse(&scenario(&format!("module = {:?}", native.display().to_string()))));
+    assert!(log_has(&loaded, "scheduler 'proto' loaded from module") && log_has(&loaded, "(libvassal_module_rr.so)"), "{:#?}", loaded.log);
+    for t in ["a", "b", "c", "hog"] {
+        assert_eq!(cpu(&loaded, t), cpu(&wasm, t), "task {t}: native rr vs WebAssembly rr");
+    }
+    assert!(log_has(&loaded, "module scheduler 'proto' unloaded [a -> ts, b -> ts, c -> ts]"), "{:#?}", loaded.log);
+}
+
 #[test]
 fn rr_module_schedules_like_the_builtin_rr() {
     let builtin = run(parse(&scenario("policy = \"rr\"\nusage = { reserved = 0.5 }")));
