@@ -275,7 +275,10 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                 Some(0) => None,
                 Some(w) => Some(w),
             };
-            shared.run(|a| Ok(a.load(now(), &path, &name, &place, &params, watchdog)))
+            // Compiled before the agent's lock is taken: the dispatcher never waits for it.
+            let ncpus = shared.with_agent(|a| a.ncpus());
+            let (opened, took) = Agent::open_module(ncpus, &path, &params);
+            shared.run(|a| Ok(a.load(now(), &path, &name, &place, opened, took, watchdog)))
         }
         Call::Unload { name } => shared.run(|a| Ok(a.unload(now(), &name))),
         Call::Status => {

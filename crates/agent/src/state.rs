@@ -690,30 +690,43 @@ impl Agent {
 
     // ----- loadable modules (issue 8; docs/modules.md) -----
 
-    /// `vassal ctl load`: loads the module in `path` as scheduler `name` at `place`,
-    /// contained with `watchdog`. `vassal_module::load` compiles and initialises it, puts
-    /// its declared usage through the conflict check and changes nothing if any of that
-    /// fails; the refusal says why. Logged either way.
+    /// `vassal ctl load`, first half, called *without* the agent's lock: reads, compiles
+    /// and initialises the module in `path` for `ncpus` CPUs (wasmtime's Cranelift takes
+    /// 3–6 ms for a small module, ~0.9 s for BVT the first time), so the dispatcher never
+    /// waits for a compilation. Returns it with the time it took.
+    pub fn open_module(
+        ncpus: u16,
+        path: &str,
+        params: &BTreeMap<String, crate::config::Value>,
+    ) -> (Result<vassal_module::Opened, vassal_module::LoadError>, Ns) {
+        let t0 = kernel::now_ns();
+        let r = vassal_module::open_file(std::path::Path::new(path), ncpus, &module_params(params), vassal_module::Limits::default());
+        (r, kernel::now_ns().saturating_sub(t0))
+    }
+
+    /// `vassal ctl load`, second half: the module `opened` (by [`Agent::open_module`],
+    /// in `took`) becomes scheduler `name` at `place`, contained with `watchdog`, if its
+    /// declared usage passes the conflict check; nothing changes if it does not, or if it
+    /// did not open, and the refusal says why. Logged either way.
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         &mut self,
         now: Ns,
         path: &str,
         name: &str,
         place: &vassal_module::Placement,
-        params: &BTreeMap<String, crate::config::Value>,
+        opened: Result<vassal_module::Opened, vassal_module::LoadError>,
+        took: Ns,
         watchdog: Option<Ns>,
     ) -> Answer {
-        let opts = vassal_module::LoadOptions { params: module_params(params), watchdog, ..Default::default() };
-        let t0 = kernel::now_ns();
-        let r = vassal_module::load(&mut self.disp, std::path::Path::new(path), name, place, &opts);
-        let took = kernel::now_ns().saturating_sub(t0);
+        let r = opened.and_then(|m| vassal_module::register_opened(&mut self.disp, m, name, place, watchdog));
         let answer = match r {
             Ok(_) => {
                 eprintln!(
-                    "vassal agent: loaded module {path} as scheduler '{name}' ({}) at {place:?}, watchdog {}, in {}",
+                    "vassal agent: loaded module {path} as scheduler '{name}' ({}) at {place:?}, watchdog {}, opened in {:.1} ms outside the dispatcher's lock",
                     describe_sched(&self.disp, name),
                     watchdog.map_or("none".into(), vassal_core::fmt_duration),
-                    vassal_core::fmt_duration(took)
+                    took as f64 / 1e6
                 );
                 self.modules.insert(name.to_string(), path.to_string());
                 Answer::Ok

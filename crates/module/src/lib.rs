@@ -177,10 +177,19 @@ pub fn load_bytes(
     place: &Placement,
     opts: &LoadOptions,
 ) -> Result<SchedId, LoadError> {
-    let pos = position(disp, place)?;
+    position(disp, place)?;
     let m = open_bytes(bytes, label, disp.ncpus(), &opts.params, opts.limits)?;
+    register_opened(disp, m, name, place, opts.watchdog)
+}
+
+/// The second half of [`load`], for a module opened beforehand ([`open_file`]) — a
+/// mechanism that must not stall its dispatcher opens (compiles) it first, outside its
+/// lock, and registers it under the lock: the conflict check, the placement and the
+/// containment with `watchdog`. Nothing changes if this fails.
+pub fn register_opened(disp: &mut Dispatcher, m: Opened, name: &str, place: &Placement, watchdog: Option<Ns>) -> Result<SchedId, LoadError> {
+    let pos = position(disp, place)?;
     let id = disp.register(name, m.policy, m.usage, pos)?;
-    disp.contain(id, Containment { watchdog: opts.watchdog })?;
+    disp.contain(id, Containment { watchdog })?;
     Ok(id)
 }
 
