@@ -211,7 +211,7 @@ impl HeldChild {
     /// `argv`. Call it from a single-threaded process (the `vassal` command is).
     pub fn spawn(argv: &[String]) -> io::Result<HeldChild> {
         use std::ffi::CString;
-        use std::os::fd::FromRawFd;
+        use std::os::fd::AsRawFd;
         if argv.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
         }
@@ -221,22 +221,19 @@ impl HeldChild {
             .collect::<io::Result<_>>()?;
         let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         ptrs.push(std::ptr::null());
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
+        let (read, go) = crate::kernel::pipe_cloexec()?;
+        let (read_fd, go_fd) = (read.as_raw_fd(), go.as_raw_fd());
         // SAFETY: the child only reads, closes and execs (async-signal-safe).
         let pid = unsafe { libc::fork() };
         if pid == -1 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: see above; _exit on every failure path.
+            // SAFETY: see above; _exit on every failure path (no destructor runs).
             unsafe {
-                libc::close(fds[1]);
+                libc::close(go_fd);
                 let mut b = 0u8;
-                let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+                let n = libc::read(read_fd, (&mut b as *mut u8).cast(), 1);
                 if n != 1 {
                     libc::_exit(127); // the parent gave up
                 }
@@ -244,10 +241,7 @@ impl HeldChild {
                 libc::_exit(127);
             }
         }
-        // SAFETY: our fds.
-        unsafe { libc::close(fds[0]) };
-        // SAFETY: fds[1] is a fresh fd we own.
-        let go = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+        drop(read);
         Ok(HeldChild { pid, go: Some(go), reaped: false })
     }
 

@@ -232,12 +232,9 @@ impl Guardian {
     /// Forks the guardian. Call it while the process is still single-threaded (before
     /// the broker and dispatcher threads start), after creating the ledger.
     pub fn spawn(ledger: &Ledger, prio: i32) -> io::Result<Guardian> {
+        use std::os::fd::AsRawFd;
         let lock = LifeLock::new()?;
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
+        let (read, life) = kernel::pipe_cloexec()?;
         // SAFETY: the process is single-threaded here (documented precondition), so the
         // child may run ordinary code.
         let pid = unsafe { libc::fork() };
@@ -245,17 +242,12 @@ impl Guardian {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: our own fd.
-            unsafe { libc::close(fds[1]) };
-            let code = guard(Ledger { base: ledger.base, next: 0 }, fds[0], LifeLock(lock.0), prio);
+            drop(life);
+            let code = guard(Ledger { base: ledger.base, next: 0 }, read.as_raw_fd(), LifeLock(lock.0), prio);
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(code) };
         }
-        // SAFETY: our own fds; the write end is kept as an OwnedFd.
-        unsafe { libc::close(fds[0]) };
-        use std::os::fd::FromRawFd;
-        // SAFETY: fds[1] is a fresh fd we own.
-        let life = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+        drop(read);
         Ok(Guardian { pid, _life: life, lock })
     }
 

@@ -258,6 +258,16 @@ impl CpuClock {
     }
 }
 
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe_cloexec() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two fds.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: two fresh fds, each owned once.
+    Ok(unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// The signal a [`CpuTimer`] raises: the first real-time signal glibc leaves to programs
 /// plus one. The agent blocks it in every thread and reads it from a signalfd
 /// (`wait::Signals`) in the dispatcher's wait set.

@@ -723,3 +723,36 @@ fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
     w.kill();
     drop(hog);
 }
+
+/// `vassal run` (issue 6 item 2): the command is joined, with its parameters, before it
+/// execs; it runs under the agent (warped, so armed while it sleeps); `vassal run` exits
+/// with the command's exit status; and the agent forgets the process once it has exited.
+#[test]
+fn vassal_run_starts_a_command_under_the_agent() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let agent = AgentProc::start("");
+    let mut run = Command::new("timeout")
+        .args(["-s", "KILL", "20"])
+        .arg(env!("CARGO_BIN_EXE_vassal"))
+        .args(["run", "--socket", &agent.sock, "--warp", "20ms", "--", "sh", "-c", "sleep 0.5; exit 7"])
+        .spawn()
+        .unwrap();
+    let mut c = agent.client();
+    let mut seen = None;
+    wait_for(Duration::from_secs(3), || {
+        seen = c.tasks().expect("tasks").into_iter().find(|t| t.params.get("warp") == Some(&(20 * MS as i64)));
+        seen.is_some()
+    });
+    let row = seen.expect("the command was never managed by the agent");
+    eprintln!("vassal run: pid {} '{}', kernel '{}'", row.pid, row.state, row.kernel);
+    assert_eq!(row.sched, "bvt");
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(7), "vassal run's exit status is the command's");
+    assert!(
+        wait_for(Duration::from_secs(3), || c.tasks().expect("tasks").iter().all(|t| t.pid != row.pid)).is_some(),
+        "the agent still lists the exited process"
+    );
+}
