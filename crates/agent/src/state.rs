@@ -80,7 +80,7 @@ use vassal_core::{
 
 use crate::config::{to_params, BestEffortRun, Config};
 use crate::guardian::{Ledger, Slot};
-use crate::kernel::{self, CpuClock, Mask, StatFile, RESET_ON_FORK};
+use crate::kernel::{self, CpuClock, StatFile, RESET_ON_FORK};
 use crate::wire::{Answer, EjectionRow, SchedRow, TaskRow};
 
 /// How often the threads of a managed process are re-listed (polling).
@@ -114,7 +114,6 @@ struct Thread {
     tid: i32,
     slot: Slot,
     stat: StatFile,
-    orig_affinity: Mask,
     applied: KState,
     /// Its tid is in the BPF map: its blocks and wakes come as events (else it is polled).
     watched: bool,
@@ -163,12 +162,18 @@ struct Managed {
     evented: bool,
     /// The earliest wake among them (its BPF time), for the wake-to-run latency.
     woke_at: Option<Ns>,
-    /// Armed with quiet wakes (see "Quiet wakes" in the module documentation).
-    quiet: bool,
     /// The bound on an armed process's unseen run: a timer on its CPU clock (BPF source).
     bound: Option<kernel::CpuTimer>,
     /// The CPU-clock value `bound` is set to fire at (0: disarmed).
     bound_at: u64,
+}
+
+impl Managed {
+    /// Armed with quiet wakes: every thread's wakes are quiet in the BPF map (see "Quiet
+    /// wakes" in the module documentation).
+    fn quiet_wakes(&self) -> bool {
+        matches!(self.want, KState::Armed { .. }) && !self.threads.is_empty() && self.threads.iter().all(|t| t.quiet)
+    }
 }
 
 /// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
@@ -437,7 +442,7 @@ impl Agent {
         for m in self.tasks.values() {
             if let KState::Armed { cpu } = m.want {
                 if cpu < 64 {
-                    *(if m.quiet { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
+                    *(if m.quiet_wakes() { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
                 }
             }
         }
@@ -479,7 +484,8 @@ impl Agent {
             }
         }
         let runnable = threads.iter().any(|t| t.run);
-        let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| t.orig_affinity[0]));
+        // The process's own affinity, as the ledger saved it for its first thread.
+        let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| self.ledger.saved(t.slot).2.affinity[0]));
         match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
             Ok(task) => {
                 // With BPF events, an armed process's wakes may be quiet, bounded by this
@@ -509,7 +515,6 @@ impl Agent {
                         evented: false,
                         woke_at: None,
                         stopped: false,
-                        quiet: false,
                         bound,
                         bound_at: 0,
                     },
@@ -543,7 +548,7 @@ impl Agent {
             Source::Poll => false,
         };
         let run = stat.state().is_ok_and(|s| s == b'R');
-        Ok(Thread { tid, slot, stat, orig_affinity: saved.affinity, applied: KState::Untouched, watched, run, quiet: false, bound: None })
+        Ok(Thread { tid, slot, stat, applied: KState::Untouched, watched, run, quiet: false, bound: None })
     }
 
     fn unwatch(&mut self, tid: i32) {
@@ -1259,7 +1264,6 @@ impl Agent {
                 Ok(()) => m.bound_at = at,
                 Err(_) => {
                     self.kernel_errors += 1;
-                    m.quiet = false;
                     return;
                 }
             }
@@ -1271,7 +1275,6 @@ impl Agent {
                 }
             }
         }
-        m.quiet = quiet && m.threads.iter().all(|t| t.quiet);
     }
 
     /// Whether a runnable task the dispatcher did not select must not run at all: it is

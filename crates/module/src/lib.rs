@@ -80,6 +80,8 @@ pub struct Opened {
     /// The CPU usage it declared (Vassal §8).
     pub usage: Usage,
     pub backend: Backend,
+    /// What it was opened as (the file's name, from [`open_file`]): for messages and logs.
+    pub label: String,
 }
 
 /// Opens a module of either form from its bytes (the form from [`Backend::of`]); `label`
@@ -95,11 +97,11 @@ pub fn open_bytes(
     Ok(match backend {
         Backend::Wasm => {
             let p = WasmPolicy::from_bytes(bytes, label, ncpus, params, limits)?;
-            Opened { usage: p.usage(), policy: Box::new(p), backend }
+            Opened { usage: p.usage(), policy: Box::new(p), backend, label: label.to_string() }
         }
         Backend::Native => {
             let p = NativePolicy::from_bytes(bytes, label, ncpus, params)?;
-            Opened { usage: p.usage(), policy: Box::new(p), backend }
+            Opened { usage: p.usage(), policy: Box::new(p), backend, label: label.to_string() }
         }
     })
 }
@@ -111,12 +113,15 @@ pub fn open_file(
     params: &BTreeMap<String, ModuleParam>,
     limits: Limits,
 ) -> Result<Opened, LoadError> {
-    let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
-    open_bytes(&bytes, &file_label(path), ncpus, params, limits)
+    let (bytes, label) = read_file(path)?;
+    open_bytes(&bytes, &label, ncpus, params, limits)
 }
 
-fn file_label(path: &Path) -> String {
-    path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned())
+/// A module file's bytes and its label (the file's name), for every loader of a file.
+pub(crate) fn read_file(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
+    let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
+    let label = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    Ok((bytes, label))
 }
 
 /// Where a module goes in the hierarchy, by scheduler name.
@@ -164,8 +169,8 @@ pub fn load(
     place: &Placement,
     opts: &LoadOptions,
 ) -> Result<SchedId, LoadError> {
-    let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
-    load_bytes(disp, &bytes, &file_label(path), name, place, opts)
+    let (bytes, label) = read_file(path)?;
+    load_bytes(disp, &bytes, &label, name, place, opts)
 }
 
 /// [`load`] from the module's bytes; `label` names it in messages.

@@ -283,11 +283,6 @@ impl NativePolicy {
         self.usage
     }
 
-    /// The label given at load (the file name).
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
     /// Always false: a native module runs unconfined in the host's process.
     pub fn sandboxed(&self) -> bool {
         false

@@ -273,8 +273,7 @@ impl WasmPolicy {
         params: &BTreeMap<String, ModuleParam>,
         limits: Limits,
     ) -> Result<WasmPolicy, LoadError> {
-        let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
-        let label = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+        let (bytes, label) = crate::read_file(path)?;
         WasmPolicy::from_bytes(&bytes, &label, ncpus, params, limits)
     }
 
@@ -362,11 +361,6 @@ impl WasmPolicy {
     /// The CPU usage the module declared (Vassal §8), for the conflict check at load.
     pub fn usage(&self) -> Usage {
         self.usage
-    }
-
-    /// The label given at load (the file name).
-    pub fn label(&self) -> &str {
-        &self.label
     }
 
     /// Always true: a WebAssembly module runs in wasmtime's sandbox.

@@ -813,7 +813,7 @@ impl Sim {
             Ok(m) => m,
             Err(e) => return self.metrics.note(self.now, format!("scheduler '{}' not loaded: {e}", spec.name)),
         };
-        let (usage, what) = (module.usage, format!("{} ({})", module.policy.kind(), module.file));
+        let (usage, what) = (module.usage, format!("{} ({})", module.policy.kind(), module.label));
         let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
         match self.disp.register(&spec.name, module.policy, usage, pos) {
             Ok(id) => {

@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vassal_core::{Policy, Usage};
-use vassal_module::{Limits, ModuleParam};
+use vassal_core::Usage;
+use vassal_module::{Limits, ModuleParam, Opened};
 use vassal_policies::ParamValue;
 
 use crate::model::PolicySpec;
@@ -57,21 +57,11 @@ fn module_params(params: &BTreeMap<String, ParamValue>) -> BTreeMap<String, Modu
         .collect()
 }
 
-/// A module opened for a run: the policy, the usage it declared, and its file's name.
-pub struct BuiltModule {
-    pub policy: Box<dyn Policy>,
-    pub usage: Usage,
-    pub file: String,
-}
-
 /// Opens (compiles or maps, instantiates, initialises) the module of `spec` for `ncpus`
-/// CPUs, of either form.
-pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<BuiltModule, String> {
+/// CPUs, of either form; its label is its file's name.
+pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<Opened, String> {
     let path = module_path(spec).ok_or_else(|| format!("'{}' is not a module", spec.kind))?;
-    let opened = vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default())
-        .map_err(|e| format!("module {}: {e}", path.display()))?;
-    let file = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
-    Ok(BuiltModule { policy: opened.policy, usage: opened.usage, file })
+    vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default()).map_err(|e| format!("module {}: {e}", path.display()))
 }
 
 /// Loads the module once to check it and read its declared usage (scenario parsing).
