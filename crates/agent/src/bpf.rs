@@ -126,7 +126,9 @@ mod imp {
         pub fn load() -> Result<EventSource, String> {
             let mut bpf = Ebpf::load(OBJECT).map_err(|e| format!("loading the BPF object: {e}"))?;
             let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF (/sys/kernel/btf/vmlinux): {e}"))?;
-            for (prog, tp) in [("vassal_switch", "sched_switch"), ("vassal_wakeup", "sched_wakeup"), ("vassal_wakeup_new", "sched_wakeup_new")] {
+            for (prog, tp) in
+                [("vassal_switch", "sched_switch"), ("vassal_wakeup", "sched_wakeup"), ("vassal_wakeup_new", "sched_wakeup_new")]
+            {
                 let p: &mut BtfTracePoint = bpf
                     .program_mut(prog)
                     .ok_or_else(|| format!("no program {prog} in the BPF object"))?

@@ -113,7 +113,10 @@ impl ChromeTrace {
     pub fn runnable(&mut self, now: Ns, pid: u32, woke: bool) {
         self.task(pid);
         let name = if woke { "wake" } else { "block" };
-        self.line(format!(r#"{{"name":"{name}","cat":"task","ph":"i","s":"t","pid":2,"tid":{pid},"ts":{}}},"#, us(now.saturating_sub(self.t0))));
+        self.line(format!(
+            r#"{{"name":"{name}","cat":"task","ph":"i","s":"t","pid":2,"tid":{pid},"ts":{}}},"#,
+            us(now.saturating_sub(self.t0))
+        ));
     }
 
     /// A scheduler event of `sched` fired.
@@ -127,7 +130,11 @@ impl ChromeTrace {
                 k
             }
         };
-        self.line(format!(r#"{{"name":"event","cat":"scheduler","ph":"i","s":"t","pid":3,"tid":{},"ts":{}}},"#, 10 + k, us(now.saturating_sub(self.t0))));
+        self.line(format!(
+            r#"{{"name":"event","cat":"scheduler","ph":"i","s":"t","pid":3,"tid":{},"ts":{}}},"#,
+            10 + k,
+            us(now.saturating_sub(self.t0))
+        ));
     }
 
     /// After a pass: put what was written on disk.

@@ -36,9 +36,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS};
 #[cfg(test)]
 use vassal_core::SEC;
+use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS};
 use vassal_policies::ParamValue;
 
 /// A policy parameter as written in TOML or JSON.
@@ -264,7 +264,9 @@ impl Config {
         let dispatcher_priority = raw.dispatcher_priority.unwrap_or(90);
         let guardian_priority = raw.guardian_priority.unwrap_or(95);
         let run_priority = raw.run_priority.unwrap_or(50);
-        for (k, v) in [("dispatcher_priority", dispatcher_priority), ("guardian_priority", guardian_priority), ("run_priority", run_priority)] {
+        for (k, v) in
+            [("dispatcher_priority", dispatcher_priority), ("guardian_priority", guardian_priority), ("run_priority", run_priority)]
+        {
             if !(1..=99).contains(&v) {
                 return Err(format!("{k} {v}: must be a SCHED_FIFO priority 1..=99"));
             }
@@ -363,14 +365,17 @@ mod tests {
         assert!(Config::from_toml("[default]\nkind = \"nope\"").unwrap_err().contains("nope"));
         assert!(Config::from_toml("run_priority = 95").is_err());
         assert!(Config::from_toml("events = \"ebpf\"").unwrap_err().contains("ebpf"));
-        let e = Config::from_toml("[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nparams = { lead = 5 }\nusage = { reserved = { cpus = 0.1 } }")
-            .unwrap_err();
+        let e = Config::from_toml(
+            "[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nparams = { lead = 5 }\nusage = { reserved = { cpus = 0.1 } }",
+        )
+        .unwrap_err();
         assert!(e.contains("scheduler 't'") && e.contains("lead"), "{e}");
     }
 
     #[test]
     fn module_schedulers_are_checked_by_name() {
-        let c = Config::from_toml("[[scheduler]]\nname = \"m\"\nmodule = \"/x/rr.wasm\"\nparams = { reserved = 0.2 }\nwatchdog = \"2s\"").unwrap();
+        let c = Config::from_toml("[[scheduler]]\nname = \"m\"\nmodule = \"/x/rr.wasm\"\nparams = { reserved = 0.2 }\nwatchdog = \"2s\"")
+            .unwrap();
         assert_eq!(c.schedulers[0].module.as_deref(), Some("/x/rr.wasm"));
         assert_eq!(c.schedulers[0].watchdog_ns(), Ok(Some(2 * SEC)));
         let e = Config::from_toml("[[scheduler]]\nname = \"m\"\nmodule = \"x.wasm\"\nusage = { reserved = { cpus = 0.1 } }").unwrap_err();

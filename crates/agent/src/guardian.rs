@@ -104,9 +104,8 @@ impl Ledger {
 
     /// Records a thread's original state; valid once this returns. `None`: full.
     pub fn save(&mut self, tid: i32, start_time: u64, s: &SchedState) -> Option<Slot> {
-        let i = (0..LEDGER_CAPACITY)
-            .map(|k| (self.next + k) % LEDGER_CAPACITY)
-            .find(|&i| self.rec(i).state.load(Ordering::Acquire) == FREE)?;
+        let i =
+            (0..LEDGER_CAPACITY).map(|k| (self.next + k) % LEDGER_CAPACITY).find(|&i| self.rec(i).state.load(Ordering::Acquire) == FREE)?;
         self.next = (i + 1) % LEDGER_CAPACITY;
         let r = self.rec_mut(i);
         // SAFETY: the record is FREE, so the guardian ignores it while we fill it; the
@@ -195,7 +194,8 @@ impl LifeLock {
         // SAFETY: a fresh anonymous shared mapping; the mutex is initialised in it before
         // anyone uses it, with attributes that are destroyed after.
         unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0);
+            let p =
+                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0);
             if p == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }

@@ -159,10 +159,7 @@ pub fn start_time(tid: i32) -> io::Result<u64> {
 /// The real and effective uid of a process.
 pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Uid line"))?;
+    let line = text.lines().find(|l| l.starts_with("Uid:")).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Uid line"))?;
     let mut it = line[4..].split_whitespace().map(|s| s.parse::<u32>());
     match (it.next(), it.next()) {
         (Some(Ok(r)), Some(Ok(e))) => Ok((r, e)),
@@ -203,11 +200,7 @@ pub fn use_wchan() -> bool {
 
 impl StatFile {
     pub fn open(pid: i32) -> io::Result<StatFile> {
-        let wchan = if WCHAN.load(std::sync::atomic::Ordering::Relaxed) {
-            Some(File::open(format!("/proc/{pid}/wchan"))?)
-        } else {
-            None
-        };
+        let wchan = if WCHAN.load(std::sync::atomic::Ordering::Relaxed) { Some(File::open(format!("/proc/{pid}/wchan"))?) } else { None };
         Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, wchan, buf: [0; 1024] })
     }
     /// The state letter (R running/runnable, S, D, T, Z, ...). An error or 'Z'/'X' means

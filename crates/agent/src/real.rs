@@ -262,7 +262,8 @@ fn video(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
                 Ok(())
             })?;
             rows.extend(video_rows("module", run, true).into_iter().map(|mut r| {
-                r.why = format!("video warped under the BVT module loaded above the default (hogs under the built-in default BVT): {}", r.why);
+                r.why =
+                    format!("video warped under the BVT module loaded above the default (hogs under the built-in default BVT): {}", r.why);
                 r
             }));
         }
@@ -325,7 +326,12 @@ fn bvt_tables(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
                 // The paper's mcu and C (§4).
                 let a = AgentProcess::start(exe, "[default]\nkind = \"bvt\"\nparams = { mcu = \"10ms\", c = \"200ms\" }\n", 60)?;
                 let mut c = a.client()?;
-                join(&mut c, rt.pid, None, &[("weight", 1), ("warp", 10 * SEC as i64), ("warp_limit", 10 * MS as i64), ("unwarp", 95 * MS as i64)])?;
+                join(
+                    &mut c,
+                    rt.pid,
+                    None,
+                    &[("weight", 1), ("warp", 10 * SEC as i64), ("warp_limit", 10 * MS as i64), ("unwarp", 95 * MS as i64)],
+                )?;
                 join(&mut c, int.pid, None, &[("weight", 10), ("warp", 50 * MS as i64)])?;
                 join(&mut c, cont.pid, None, &[("weight", 10)])?;
                 Some(a)
@@ -362,13 +368,31 @@ fn bvt_tables(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
                 rows.push(near(&id("rt.share"), 0.05, 0.01, shares[0], "Table 4: 5 ms per 100 ms; 1 point for 6 s of real time"));
                 rows.push(near(&id("int.share"), 0.295, 0.03, shares[1], "Table 4: int's 30% (6 s hold only ~14 bursts: 3 points)"));
                 rows.push(cont_row(near(&id("cont.share"), 0.655, 0.04, shares[2], "Table 4: the rest")));
-                rows.push(at_most(&id("rt.latency_p99_ms"), 0.005, 0.145, rt99, "Table 4: 0.005 ms; target: warped wake-to-run p99 <= 150 us"));
-                rows.push(at_most(&id("int.latency_p99_ms"), 5.02, 1.0, int99, "Table 4: int waits at most for rt's 5 ms run; 1 ms for the agent's tick"));
+                rows.push(at_most(
+                    &id("rt.latency_p99_ms"),
+                    0.005,
+                    0.145,
+                    rt99,
+                    "Table 4: 0.005 ms; target: warped wake-to-run p99 <= 150 us",
+                ));
+                rows.push(at_most(
+                    &id("int.latency_p99_ms"),
+                    5.02,
+                    1.0,
+                    int99,
+                    "Table 4: int waits at most for rt's 5 ms run; 1 ms for the agent's tick",
+                ));
             } else {
                 rows.push(near(&id("rt.share"), 0.061, 0.02, shares[0], "Table 5: the looping rt falls back to its weighted share (1:10)"));
                 rows.push(near(&id("int.share"), 0.30, 0.03, shares[1], "Table 5: int keeps its 30%"));
                 rows.push(cont_row(near(&id("cont.share"), 0.639, 0.04, shares[2], "Table 5: the rest")));
-                rows.push(at_most(&id("int.latency_p99_ms"), 10.0, 1.0, int99, "Table 5: bounded by rt's warp limit (10 ms); 1 ms for the tick"));
+                rows.push(at_most(
+                    &id("int.latency_p99_ms"),
+                    10.0,
+                    1.0,
+                    int99,
+                    "Table 5: bounded by rt's warp limit (10 ms); 1 ms for the tick",
+                ));
             }
         }
     }
@@ -493,7 +517,13 @@ fn vassal_table2(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
     rows.push(baseline(&id("timed", "lateness_p50_us"), p50, "through the timed scheduler: wake - target"));
     rows.push(at_most(&id("timed", "lateness_p99_us"), 150.0, 0.0, p99, "target: release-to-run p99 at most 150 us"));
     rows.push(at_most(&id("timed", "interval_sd_us"), 21.0, 30.0, sd, "Table 2: sd 21 us; 30 us for the host's stalls"));
-    rows.push(at_most(&id("timed", "early"), 4.0, 0.0, early as f64, "Table 2: the sample scheduler woke at most 4 us early; here never before the target"));
+    rows.push(at_most(
+        &id("timed", "early"),
+        4.0,
+        0.0,
+        early as f64,
+        "Table 2: the sample scheduler woke at most 4 us early; here never before the target",
+    ));
     rows.push(baseline(&id("timed", "short_intervals"), short as f64, "intervals > 50 us short (catching up after a late wake)"));
     Ok(rows)
 }
@@ -550,7 +580,11 @@ fn overhead(exe: &std::path::Path, names: &[String]) -> io::Result<Vec<RealRow>>
                 "dispatcher CPU per pass, us (wake-up, events or /proc reads, decisions, kernel calls)",
             ));
             if src == "bpf" {
-                rows.push(baseline(&id("events_per_s"), (s1.bpf_events - s0.bpf_events) as f64 / secs, "BPF block/wake events received per second"));
+                rows.push(baseline(
+                    &id("events_per_s"),
+                    (s1.bpf_events - s0.bpf_events) as f64 / secs,
+                    "BPF block/wake events received per second",
+                ));
                 rows.push(baseline(
                     &id("replayed_per_s"),
                     (s1.replayed_runs - s0.replayed_runs) as f64 / secs,

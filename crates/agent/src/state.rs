@@ -74,8 +74,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender,
-    TaskId, TaskState, Wake, CPU_PPM, MS, SEC,
+    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender, TaskId, TaskState,
+    Wake, CPU_PPM, MS, SEC,
 };
 
 use crate::config::{to_params, BestEffortRun, Config};
@@ -103,8 +103,13 @@ const LAT_SAMPLES: usize = 1024;
 pub enum KState {
     /// Not yet touched (just joined).
     Untouched,
-    Run { cpu: u16, fifo: bool },
-    Armed { cpu: u16 },
+    Run {
+        cpu: u16,
+        fifo: bool,
+    },
+    Armed {
+        cpu: u16,
+    },
     Parked,
     /// Parked, and the process stopped (SIGSTOP): the hard cap (module documentation).
     Held,
@@ -290,7 +295,8 @@ impl Agent {
             };
             if let Some(path) = &s.module {
                 // A policy module (docs/modules.md): loaded and contained like `ctl load`.
-                let opts = vassal_module::LoadOptions { params: module_params(&s.params), watchdog: s.watchdog_ns()?, ..Default::default() };
+                let opts =
+                    vassal_module::LoadOptions { params: module_params(&s.params), watchdog: s.watchdog_ns()?, ..Default::default() };
                 let place = vassal_module::Placement::Above(cfg.default.kind.clone());
                 let place = if pos == Position::Top { vassal_module::Placement::Top } else { place };
                 vassal_module::load(&mut disp, std::path::Path::new(path), &s.name, &place, &opts)
@@ -325,7 +331,10 @@ impl Agent {
             kernel_errors: 0,
             modules,
             ejections: VecDeque::new(),
-            trace: std::env::var("VASSAL_AGENT_TRACE").ok().and_then(|p| std::fs::File::create(format!("{p}.{}", std::process::id())).ok()).map(std::io::BufWriter::new),
+            trace: std::env::var("VASSAL_AGENT_TRACE")
+                .ok()
+                .and_then(|p| std::fs::File::create(format!("{p}.{}", std::process::id())).ok())
+                .map(std::io::BufWriter::new),
             chrome,
             source: Source::Poll,
             ev_buf: Vec::new(),
@@ -571,7 +580,8 @@ impl Agent {
             // Already managed: new parameters go to its scheduler one by one.
             let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
             for (k, v) in params {
-                let r = self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name: k.clone(), value: *v });
+                let r =
+                    self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name: k.clone(), value: *v });
                 if let Reply::Refused(why) = r {
                     self.settle(now);
                     return Answer::refused(format!("parameter {k}: {why}"));
@@ -654,7 +664,15 @@ impl Agent {
         r.into()
     }
 
-    pub fn register(&mut self, now: Ns, name: &str, kind: &str, params: &BTreeMap<String, crate::config::Value>, usage: &crate::config::UsageSpec, above: Option<&str>) -> Answer {
+    pub fn register(
+        &mut self,
+        now: Ns,
+        name: &str,
+        kind: &str,
+        params: &BTreeMap<String, crate::config::Value>,
+        usage: &crate::config::UsageSpec,
+        above: Option<&str>,
+    ) -> Answer {
         let policy = match vassal_policies::build(kind, &to_params(params)) {
             Ok(p) => p,
             Err(e) => return Answer::refused(e),

@@ -94,19 +94,38 @@ pub enum Call {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum WireRequest {
     /// Vassal §5: run me `delay_ns` from now.
-    Set { delay_ns: Ns },
+    Set {
+        delay_ns: Ns,
+    },
     /// SET for an absolute CLOCK_MONOTONIC time: the broker turns it into `Set` with the
     /// delay from the instant it hands the request to the scheduler, so the time the
     /// message spent in transit is not added to the target (refused if already past).
-    SetAt { at_ns: Ns },
-    Warp { on: bool },
-    Param { name: String, value: i64 },
-    Reserve { util: f64, period_ns: Ns },
+    SetAt {
+        at_ns: Ns,
+    },
+    Warp {
+        on: bool,
+    },
+    Param {
+        name: String,
+        value: i64,
+    },
+    Reserve {
+        util: f64,
+        period_ns: Ns,
+    },
     Free,
-    Modify { util: f64, period_ns: Ns },
+    Modify {
+        util: f64,
+        period_ns: Ns,
+    },
     Avail,
     /// Absolute times on the agent's CLOCK_MONOTONIC.
-    Deadline { start_ns: Ns, need_ns: Ns, deadline_ns: Ns },
+    Deadline {
+        start_ns: Ns,
+        need_ns: Ns,
+        deadline_ns: Ns,
+    },
 }
 
 impl WireRequest {

@@ -223,7 +223,8 @@ fn parse_usage(s: &str) -> Result<UsageSpec> {
     }
     if let Some(rest) = s.strip_prefix("hard:") {
         let (u, cpus) = rest.split_once('@').ok_or_else(|| anyhow!("--usage {s}: expected hard:UTIL@CPU,CPU"))?;
-        let cpus = cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
+        let cpus =
+            cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
         return Ok(UsageSpec::HardTime { util: u.parse().with_context(|| format!("--usage {s}"))?, cpus });
     }
     bail!("--usage {s}: expected reserved:CPUS or hard:UTIL@CPU,CPU")

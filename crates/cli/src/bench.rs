@@ -251,22 +251,38 @@ impl Bench {
 
     pub fn table(&self) -> String {
         let mut o = String::new();
-        let _ = writeln!(o, "simulator: {:.2} M events/s ({} events, 1,000 tasks, 4 CPUs, one core)", self.events_per_sec / 1e6, self.events);
+        let _ =
+            writeln!(o, "simulator: {:.2} M events/s ({} events, 1,000 tasks, 4 CPUs, one core)", self.events_per_sec / 1e6, self.events);
         let _ = writeln!(o, "\nns per decision (account + preempt + pick + dispatch)");
         let _ = writeln!(o, "{:<8} {:>10} {:>10} {:>10} {:>12}", "policy", "10", "1000", "100000", "100k / 10");
         for (k, m) in &self.decision_ns {
             let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", k, m[&10], m[&1000], m[&100_000], m[&100_000] / m[&10]);
         }
-        let _ = writeln!(o, "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x", "worst", self.worst(10), self.worst(1000), self.worst(100_000), self.worst(100_000) / self.worst(10));
+        let _ = writeln!(
+            o,
+            "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>11.2}x",
+            "worst",
+            self.worst(10),
+            self.worst(1000),
+            self.worst(100_000),
+            self.worst(100_000) / self.worst(10)
+        );
         let _ = writeln!(
             o,
             "\nloaded scheduler (above an idle rr default): ns per decision, built-in vs the same policy as an SDK module,\n\
              sandboxed (WebAssembly in wasmtime) and native (a trusted shared library)"
         );
         if self.module_cost.is_empty() {
-            let _ = writeln!(o, "  (modules not built: cargo build --release [--target wasm32-unknown-unknown] --manifest-path sdk/Cargo.toml)");
+            let _ = writeln!(
+                o,
+                "  (modules not built: cargo build --release [--target wasm32-unknown-unknown] --manifest-path sdk/Cargo.toml)"
+            );
         } else {
-            let _ = writeln!(o, "{:<8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}", "policy", "tasks", "built-in", "wasm", "ratio", "native", "ratio");
+            let _ = writeln!(
+                o,
+                "{:<8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}",
+                "policy", "tasks", "built-in", "wasm", "ratio", "native", "ratio"
+            );
         }
         let cell = |x: Option<f64>, b: f64| match x {
             Some(x) => (format!("{x:.1}"), format!("{:.2}x", x / b)),

@@ -202,7 +202,24 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Sim { scenario, rt_app, policy, cpus, seed, json, until, trace, report, load, name, above, below, load_at, unload_at, params } => {
+        Cmd::Sim {
+            scenario,
+            rt_app,
+            policy,
+            cpus,
+            seed,
+            json,
+            until,
+            trace,
+            report,
+            load,
+            name,
+            above,
+            below,
+            load_at,
+            unload_at,
+            params,
+        } => {
             let mut sc = match (&scenario, &rt_app) {
                 (Some(file), _) => {
                     if policy.is_some() || cpus.is_some() {
@@ -211,7 +228,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     vassal_sim::scenario::load_scenario(file).map_err(anyhow::Error::msg)?
                 }
                 (None, Some(file)) => {
-                    let until = until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
+                    let until =
+                        until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
                     let opts = vassal_sim::rtapp::Options { policy, cpus, until };
                     vassal_sim::rtapp::load_rtapp(file, &opts).map_err(anyhow::Error::msg)?
                 }
@@ -267,10 +285,8 @@ fn bvt_plan(shares: &[String], c_mcu: u64, mcu: &str, priorities: &[u32], limits
     use vassal_policies::bvt_plan;
     let shares = shares.iter().map(|s| bvt_plan::parse_share(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let mcu = vassal_core::parse_duration(mcu).with_context(|| format!("--mcu {mcu}"))?;
-    let limits = limits
-        .iter()
-        .map(|l| vassal_core::parse_duration(l).with_context(|| format!("--warp-limits {l}")))
-        .collect::<Result<Vec<_>>>()?;
+    let limits =
+        limits.iter().map(|l| vassal_core::parse_duration(l).with_context(|| format!("--warp-limits {l}"))).collect::<Result<Vec<_>>>()?;
     let plan = bvt_plan::plan(&shares, c_mcu, priorities, &limits, mcu).map_err(anyhow::Error::msg)?;
     if json {
         let threads: Vec<serde_json::Value> = plan
@@ -361,7 +377,13 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
         for r in &differ {
             println!("\n{}: ours differs from the paper: {}", r.id, r.known_difference.as_deref().unwrap_or_default());
         }
-        println!("\n{} rows: {} pass, {} differ from the paper (known, explained above), {} fail", rows.len(), rows.len() - failed - differ.len(), differ.len(), failed);
+        println!(
+            "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} fail",
+            rows.len(),
+            rows.len() - failed - differ.len(),
+            differ.len(),
+            failed
+        );
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -126,16 +126,25 @@ fn sigkill_restores(config: &str) {
     let changed = wait_for(Duration::from_secs(10), || {
         policy(w1.pid) == libc::SCHED_FIFO && [w2, w3].iter().any(|w| policy(w.pid) == libc::SCHED_IDLE || kernel::online_cpus() > 2)
     });
-    assert!(changed.is_some(), "the agent never changed the hogs' scheduling: policies {:?}, tasks {:?}", [w1, w2, w3].map(|w| policy(w.pid)), c.tasks());
+    assert!(
+        changed.is_some(),
+        "the agent never changed the hogs' scheduling: policies {:?}, tasks {:?}",
+        [w1, w2, w3].map(|w| policy(w.pid)),
+        c.tasks()
+    );
     assert!([w1, w2, w3].iter().any(|w| policy(w.pid) == libc::SCHED_FIFO || policy(w.pid) == libc::SCHED_IDLE));
     let guardian = agent.guardian_pid();
     // SAFETY: SIGKILL to our agent.
     unsafe { libc::kill(agent.agent_pid(), libc::SIGKILL) };
     let took = wait_for(Duration::from_secs(2), || all_restored(&hogs));
-    let took = took.unwrap_or_else(|| panic!("not restored: {:?} {:?} {:?}", kernel::get_sched(w1.pid), kernel::get_sched(w2.pid), kernel::get_sched(w3.pid)));
+    let took = took.unwrap_or_else(|| {
+        panic!("not restored: {:?} {:?} {:?}", kernel::get_sched(w1.pid), kernel::get_sched(w2.pid), kernel::get_sched(w3.pid))
+    });
     eprintln!("restored 3 tasks {took:?} after SIGKILL of the agent (requirement: 100 ms)");
     // The guardian leaves once it has restored.
-    assert!(wait_for(Duration::from_secs(2), || std::fs::metadata(format!("/proc/{guardian}")).is_err() || std::fs::read_to_string(format!("/proc/{guardian}/stat")).is_ok_and(|s| s.contains(") Z"))).is_some());
+    assert!(wait_for(Duration::from_secs(2), || std::fs::metadata(format!("/proc/{guardian}")).is_err()
+        || std::fs::read_to_string(format!("/proc/{guardian}/stat")).is_ok_and(|s| s.contains(") Z")))
+    .is_some());
 }
 
 #[test]
@@ -174,7 +183,10 @@ fn death_of_the_guardian_makes_the_agent_restore_and_exit() {
     // SAFETY: SIGKILL to the guardian.
     unsafe { libc::kill(agent.guardian_pid(), libc::SIGKILL) };
     assert!(wait_for(Duration::from_secs(2), || all_restored(&hogs)).is_some());
-    assert!(wait_for(Duration::from_secs(2), || matches!(agent.child.try_wait(), Ok(Some(_)))).is_some(), "the agent kept running without a guardian");
+    assert!(
+        wait_for(Duration::from_secs(2), || matches!(agent.child.try_wait(), Ok(Some(_)))).is_some(),
+        "the agent kept running without a guardian"
+    );
 }
 
 #[test]
@@ -365,10 +377,7 @@ fn a_reservation_is_enforced() {
     // The agent's orderly exit continues it and restores its policy.
     let released = wait_for(Duration::from_secs(2), || !stopped(reserved.pid) && policy(reserved.pid) == libc::SCHED_OTHER);
     drop(hogs);
-    eprintln!(
-        "reserved 0.25 among {} hogs: share {reserved_share:.3}; modified to 0.5: {modified_share:.3}",
-        ncpus + 1
-    );
+    eprintln!("reserved 0.25 among {} hogs: share {reserved_share:.3}; modified to 0.5: {modified_share:.3}", ncpus + 1);
     assert!(held, "the reserved task was never held (stopped) outside its slots");
     assert!(released.is_some(), "the reserved task was left stopped or not restored after the agent exited");
     // The slot ends are exact to the dispatcher's wake-up latency (p99 ~60 µs), and held
@@ -415,7 +424,9 @@ fn sigkill_of_the_agent_continues_a_held_task() {
     let clock = kernel::CpuClock::of_process(reserved.pid).unwrap();
     let c0 = clock.read().unwrap();
     assert!(wait_for(Duration::from_secs(2), || clock.read().unwrap() > c0 + 10 * MS).is_some(), "the continued task does not run");
-    assert!(wait_for(Duration::from_secs(2), || std::fs::metadata(format!("/proc/{guardian}")).is_err() || std::fs::read_to_string(format!("/proc/{guardian}/stat")).is_ok_and(|s| s.contains(") Z"))).is_some());
+    assert!(wait_for(Duration::from_secs(2), || std::fs::metadata(format!("/proc/{guardian}")).is_err()
+        || std::fs::read_to_string(format!("/proc/{guardian}/stat")).is_ok_and(|s| s.contains(") Z")))
+    .is_some());
 }
 
 /// Raw lines to the broker; the reply to each.
@@ -544,7 +555,10 @@ fn warp_limit_demotes(config: &str) {
     std::thread::sleep(Duration::from_millis(1000));
     let share = (clock.read().unwrap() - c0) as f64 / (now_ns() - t0) as f64;
     drop(hogs);
-    eprintln!("looping warped task's share of a CPU after its warp limit: {share:.3} (fair share {:.3})", ncpus as f64 / (ncpus + 1) as f64);
+    eprintln!(
+        "looping warped task's share of a CPU after its warp limit: {share:.3} (fair share {:.3})",
+        ncpus as f64 / (ncpus + 1) as f64
+    );
     // Left at its real-time priority it would hold a CPU (95% under RT throttling);
     // unwarped at the limit, BVT gives it its weighted share, ncpus/(ncpus+1) of a CPU.
     assert!(share < 0.85, "a task past its warp limit kept its CPU (share {share:.3})");
@@ -599,7 +613,12 @@ fn the_agent_writes_a_chrome_trace() {
         }
     }
     for pid in [hog_pid as u64, sleeper.pid as u64] {
-        assert!(per_track.contains_key(&(2, pid)), "no slices for pid {pid}: {:?}; {} events", per_track.keys().collect::<Vec<_>>(), events.len());
+        assert!(
+            per_track.contains_key(&(2, pid)),
+            "no slices for pid {pid}: {:?}; {} events",
+            per_track.keys().collect::<Vec<_>>(),
+            events.len()
+        );
     }
     let marks = |what: &str| {
         events.iter().filter(|e| e["ph"] == "i" && e["pid"] == 2 && e["tid"] == sleeper.pid as u64 && e["name"] == what).count()
@@ -705,7 +724,10 @@ fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
     let s1 = c.status().expect("status");
     let (events, passes, replayed) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes, s1.replayed_runs - s0.replayed_runs);
     let periods = count as u64 - 1;
-    eprintln!("{periods} periods: {events} BPF events, {passes} passes, {replayed} runs replayed, {} bounds fired", s1.bounds_fired - s0.bounds_fired);
+    eprintln!(
+        "{periods} periods: {events} BPF events, {passes} passes, {replayed} runs replayed, {} bounds fired",
+        s1.bounds_fired - s0.bounds_fired
+    );
     // Each period is a wake and a block; only the blocks (and the broker calls) wake the
     // dispatcher, and each block's pass replays the run that ended.
     assert!(events >= 2 * (periods - 2), "{events} BPF events for {periods} periods");

@@ -323,7 +323,10 @@ fn a_module_in_the_config_is_loaded_at_start() {
     // Bad configs: the agent refuses to start and says why.
     for (cfg, why) in [
         ("[default]\nmodule = \"x.wasm\"\n".to_string(), "the default scheduler cannot be a module"),
-        ("[[scheduler]]\nname = \"m\"\nmodule = \"/nonexistent/m.wasm\"\n".to_string(), "scheduler 'm': module /nonexistent/m.wasm: cannot read module file"),
+        (
+            "[[scheduler]]\nname = \"m\"\nmodule = \"/nonexistent/m.wasm\"\n".to_string(),
+            "scheduler 'm': module /nonexistent/m.wasm: cannot read module file",
+        ),
     ] {
         let (status, log) = AgentProc::run_to_exit(&cfg);
         assert!(!status.success() && log.contains(why), "{cfg}: {status:?} {log}");

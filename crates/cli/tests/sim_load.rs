@@ -35,8 +35,19 @@ fn sim_load_runs_each_example_module_in_the_placeholder() {
 fn sim_load_with_params_times_and_json() {
     let file = module("stride");
     let (ok, out, err) = vassal(&[
-        "sim", "docs/examples/proto.toml", "--load", file.to_str().unwrap(), "--name", "proto",
-        "--param", "quantum=5ms", "--load-at", "1s", "--unload-at", "2s", "--json",
+        "sim",
+        "docs/examples/proto.toml",
+        "--load",
+        file.to_str().unwrap(),
+        "--name",
+        "proto",
+        "--param",
+        "quantum=5ms",
+        "--load-at",
+        "1s",
+        "--unload-at",
+        "2s",
+        "--json",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("JSON report");

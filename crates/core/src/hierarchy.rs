@@ -33,8 +33,8 @@
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
-    AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, Preempt, Refusal, Reply, Request,
-    PolicyLog, Sender, SwapAdvice, TaskParams, TaskState, TaskView, Wake,
+    AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, SwapAdvice, TaskParams,
+    TaskState, TaskView, Wake,
 };
 use crate::time::{fmt_duration, Ns};
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
@@ -371,9 +371,7 @@ impl Dispatcher {
         let r = &self.tasks.recs[task.0 as usize];
         // Copied out: the policy call below borrows the dispatcher mutably.
         let (state, affinity, parent, params) = (r.state, r.affinity, r.parent, r.params.clone());
-        self.call(idx, now, |p, ctx| {
-            p.on_attach(ctx, task, &AttachInfo { state, params: &params, affinity, parent, guest })
-        })
+        self.call(idx, now, |p, ctx| p.on_attach(ctx, task, &AttachInfo { state, params: &params, affinity, parent, guest }))
     }
 
     fn alive(&self, task: TaskId) -> bool {
@@ -427,13 +425,7 @@ impl Dispatcher {
     // ----- the hierarchy -----
 
     /// RegisterScheduler (paper 000 §4) with the §8 conflict check.
-    pub fn register(
-        &mut self,
-        name: &str,
-        policy: Box<dyn Policy>,
-        usage: Usage,
-        pos: Position,
-    ) -> Result<SchedId, RegisterError> {
+    pub fn register(&mut self, name: &str, policy: Box<dyn Policy>, usage: Usage, pos: Position) -> Result<SchedId, RegisterError> {
         if self.lookup(name).is_some() {
             return Err(RegisterError::DuplicateName(name.to_string()));
         }
@@ -448,16 +440,12 @@ impl Dispatcher {
                 i + 1
             }
         };
-        let existing: Vec<(&str, Usage)> =
-            self.scheds[..self.scheds.len() - 1].iter().map(|s| (s.name.as_str(), s.usage)).collect();
+        let existing: Vec<(&str, Usage)> = self.scheds[..self.scheds.len() - 1].iter().map(|s| (s.name.as_str(), s.usage)).collect();
         check_conflict(&existing, usage, at, self.ncpus, &self.cfg)
             .map_err(|reason| RegisterError::Conflict { name: name.to_string(), reason })?;
         let id = SchedId(self.next_sched);
         self.next_sched += 1;
-        self.scheds.insert(
-            at,
-            Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false },
-        );
+        self.scheds.insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false });
         Ok(id)
     }
 
@@ -467,10 +455,8 @@ impl Dispatcher {
         if idx == self.scheds.len() - 1 {
             return Err(RegisterError::DefaultScheduler);
         }
-        let moved: Vec<TaskId> = (0..self.tasks.recs.len() as u32)
-            .map(TaskId)
-            .filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id)
-            .collect();
+        let moved: Vec<TaskId> =
+            (0..self.tasks.recs.len() as u32).map(TaskId).filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id).collect();
         for &t in &moved {
             self.call(idx, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
         }
@@ -513,10 +499,8 @@ impl Dispatcher {
         if idx == last {
             return Err(RegisterError::DefaultScheduler);
         }
-        let owned: Vec<TaskId> = (0..self.tasks.recs.len() as u32)
-            .map(TaskId)
-            .filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id)
-            .collect();
+        let owned: Vec<TaskId> =
+            (0..self.tasks.recs.len() as u32).map(TaskId).filter(|&t| self.alive(t) && self.tasks.recs[t.0 as usize].owner == id).collect();
         for &t in &owned {
             // `idx` stays valid: nothing is registered or removed while tasks move.
             for target in idx + 1..=last {
@@ -563,9 +547,12 @@ impl Dispatcher {
         }
         for s in self.scheds.iter_mut().filter(|s| !s.failing) {
             let Some(limit) = s.guard.and_then(|g| g.watchdog) else { continue };
-            let starved = self.tasks.recs.iter().enumerate().find(|(_, r)| {
-                r.owner == s.id && r.state == TaskState::Runnable && now.saturating_sub(r.waiting_since) > limit
-            });
+            let starved = self
+                .tasks
+                .recs
+                .iter()
+                .enumerate()
+                .find(|(_, r)| r.owner == s.id && r.state == TaskState::Runnable && now.saturating_sub(r.waiting_since) > limit);
             if let Some((t, r)) = starved {
                 s.failing = true;
                 let waited = fmt_duration(now - r.waiting_since);
@@ -605,14 +592,7 @@ impl Dispatcher {
     /// A new task, owned by the default scheduler (Vassal §3, "Thread Creation").
     /// A task the default scheduler refuses (e.g. a malformed parameter) is created dead;
     /// [`Dispatcher::try_add_task`] says why.
-    pub fn add_task(
-        &mut self,
-        now: Ns,
-        params: TaskParams,
-        affinity: CpuSet,
-        parent: Option<TaskId>,
-        runnable: bool,
-    ) -> TaskId {
+    pub fn add_task(&mut self, now: Ns, params: TaskParams, affinity: CpuSet, parent: Option<TaskId>, runnable: bool) -> TaskId {
         match self.try_add_task(now, params, affinity, parent, runnable) {
             Ok(t) => t,
             Err((t, _)) => t,
@@ -696,9 +676,8 @@ impl Dispatcher {
     /// alternates between guests, preempt back and forth forever at one instant).
     fn kick_cpu_except(&mut self, now: Ns, task: TaskId, except: Option<CpuId>) {
         let rec = &self.tasks.recs[task.0 as usize];
-        let free = |c: CpuId| {
-            !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now) && Some(c) != except
-        };
+        let free =
+            |c: CpuId| !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now) && Some(c) != except;
         let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
         let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
         if cpu.is_none() {
@@ -873,12 +852,8 @@ impl Dispatcher {
         if target != default && !was_guest {
             // Non-exclusive to start with: the default scheduler hosts it as a guest —
             // unless the new owner marked it exclusive in `on_attach` (its last word on it).
-            let wants_exclusive = self
-                .pending_exclusive
-                .iter()
-                .rev()
-                .find(|&&(by, t, _)| by == target_id && t == task)
-                .is_some_and(|&(_, _, e)| e);
+            let wants_exclusive =
+                self.pending_exclusive.iter().rev().find(|&&(by, t, _)| by == target_id && t == task).is_some_and(|&(_, _, e)| e);
             if !wants_exclusive {
                 let guest = self.attach(default, task, now, true).is_ok();
                 self.tasks.recs[task.0 as usize].guest = guest;

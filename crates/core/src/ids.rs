@@ -42,7 +42,11 @@ impl CpuSet {
     pub const NONE: CpuSet = CpuSet(0);
     /// CPUs 0..n.
     pub fn first(n: u16) -> CpuSet {
-        if n >= 64 { CpuSet(u64::MAX) } else { CpuSet((1u64 << n) - 1) }
+        if n >= 64 {
+            CpuSet(u64::MAX)
+        } else {
+            CpuSet((1u64 << n) - 1)
+        }
     }
     pub fn only(cpu: CpuId) -> CpuSet {
         CpuSet(1u64 << cpu.0)

@@ -12,13 +12,11 @@ pub mod shared;
 pub mod time;
 pub mod usage;
 
-pub use hierarchy::{
-    Containment, Dispatched, DispatchStats, Dispatcher, Ejection, Position, RegisterError, SchedInfo,
-};
+pub use hierarchy::{Containment, DispatchStats, Dispatched, Dispatcher, Ejection, Position, RegisterError, SchedInfo};
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use policy::{
-    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply,
-    Request, Sender, SwapAdvice, TaskParams, TaskState, TaskView, VirtualTime, Wake,
+    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
+    TaskParams, TaskState, TaskView, VirtualTime, Wake,
 };
 pub use shared::Shared;
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};

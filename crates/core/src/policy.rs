@@ -217,7 +217,10 @@ pub enum Reply {
     Ok,
     Value(i64),
     /// An exact rational answer, `num / den` (e.g. available CPU for `Request::Avail`).
-    Fraction { num: u64, den: u64 },
+    Fraction {
+        num: u64,
+        den: u64,
+    },
     Refused(String),
 }
 

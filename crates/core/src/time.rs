@@ -37,9 +37,7 @@ pub fn parse_duration(text: &str) -> Result<Ns, DurationError> {
     if s.starts_with('-') {
         return Err(DurationError::Negative(s.to_string()));
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (num, unit) = (s[..split].replace('_', ""), s[split..].trim());
     if num.is_empty() || num.matches('.').count() > 1 || num == "." {
         return Err(DurationError::NotANumber(s.to_string()));

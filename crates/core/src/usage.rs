@@ -53,11 +53,9 @@ impl Usage {
     }
     pub fn describe(self) -> String {
         match self {
-            Usage::HardTime { cpus, util_ppm } => format!(
-                "hard time on CPUs {:?} at {:.1}%",
-                cpus.iter().map(|c| c.0).collect::<Vec<_>>(),
-                util_ppm as f64 / 1e4
-            ),
+            Usage::HardTime { cpus, util_ppm } => {
+                format!("hard time on CPUs {:?} at {:.1}%", cpus.iter().map(|c| c.0).collect::<Vec<_>>(), util_ppm as f64 / 1e4)
+            }
             Usage::Reserved { cpu_ppm } => format!("reserved {:.1}% of one CPU", cpu_ppm as f64 / 1e4),
             Usage::BestEffort => "best effort".to_string(),
         }
@@ -81,13 +79,7 @@ impl HierarchyConfig {
 /// Checks whether a scheduler with usage `new`, inserted at index `at` of the top-down
 /// list `existing` (which excludes the default scheduler at the bottom), conflicts.
 /// Returns the reason for refusal.
-pub fn check_conflict(
-    existing: &[(&str, Usage)],
-    new: Usage,
-    at: usize,
-    ncpus: u16,
-    cfg: &HierarchyConfig,
-) -> Result<(), String> {
+pub fn check_conflict(existing: &[(&str, Usage)], new: Usage, at: usize, ncpus: u16, cfg: &HierarchyConfig) -> Result<(), String> {
     let all = CpuSet::first(ncpus);
     match new {
         Usage::BestEffort => {
@@ -98,7 +90,10 @@ pub fn check_conflict(
         }
         Usage::HardTime { cpus, util_ppm } => {
             if cpus.is_empty() || !all.0 & cpus.0 != 0 {
-                return Err(format!("hard-time CPUs {:?} are not a non-empty subset of the {ncpus} CPUs", cpus.iter().map(|c| c.0).collect::<Vec<_>>()));
+                return Err(format!(
+                    "hard-time CPUs {:?} are not a non-empty subset of the {ncpus} CPUs",
+                    cpus.iter().map(|c| c.0).collect::<Vec<_>>()
+                ));
             }
             if util_ppm == 0 || util_ppm > CPU_PPM {
                 return Err(format!("hard-time utilisation {util_ppm} ppm is not in 1..=1000000"));
@@ -122,15 +117,9 @@ pub fn check_conflict(
     let capacity = ncpus as u64 * CPU_PPM;
     // Saturating: a huge declared share must be refused, not overflow (a panic in debug
     // builds, a wrap-around to a tiny demand that passes the check in release builds).
-    let demand: u64 = existing
-        .iter()
-        .map(|(_, u)| u.demand_ppm())
-        .fold(new.demand_ppm(), u64::saturating_add);
+    let demand: u64 = existing.iter().map(|(_, u)| u.demand_ppm()).fold(new.demand_ppm(), u64::saturating_add);
     if demand > capacity {
-        return Err(format!(
-            "hard-time and reserved demands ({:.1}% of one CPU) exceed the {ncpus} CPU(s)",
-            demand as f64 / 1e4
-        ));
+        return Err(format!("hard-time and reserved demands ({:.1}% of one CPU) exceed the {ncpus} CPU(s)", demand as f64 / 1e4));
     }
     let min_be = cfg.min_best_effort(ncpus);
     if capacity - demand < min_be {

@@ -65,13 +65,7 @@ fn higher_scheduler_decision_wins_and_none_falls_through() {
     assert_eq!(d.schedule(20, C0, Preempt::Resched), None);
     assert_eq!(
         take(&log),
-        s(&[
-            "lo: preempt task1 cpu0 Resched",
-            "def: preempt task1 cpu0 Resched",
-            "hi: pick cpu0",
-            "lo: pick cpu0",
-            "def: pick cpu0",
-        ])
+        s(&["lo: preempt task1 cpu0 Resched", "def: preempt task1 cpu0 Resched", "hi: pick cpu0", "lo: pick cpu0", "def: pick cpu0",])
     );
     assert_eq!(d.running(C0), None);
     assert_eq!(d.state(b), TaskState::Runnable);
@@ -117,10 +111,7 @@ fn repicking_the_preempted_task_and_migration_flag() {
     take(&log);
     let got = d.schedule(5, C0, Preempt::SliceExpired).unwrap();
     assert_eq!(got, Dispatched { task: t, slice: None, by: SchedId(0), prev: Some(t), migrated: false });
-    assert_eq!(
-        take(&log),
-        s(&["def: preempt task0 cpu0 SliceExpired", "def: pick cpu0", "def: dispatch task0 cpu0"])
-    );
+    assert_eq!(take(&log), s(&["def: preempt task0 cpu0 SliceExpired", "def: pick cpu0", "def: dispatch task0 cpu0"]));
     // Idle cpu0, then run it on cpu1: migrated.
     defp.script(None);
     assert_eq!(d.schedule(6, C0, Preempt::Yield), None);
@@ -178,11 +169,7 @@ fn join_moves_the_task_and_leave_returns_it() {
     assert!(d.is_guest(t));
     assert_eq!(
         take(&log),
-        s(&[
-            "hi: attach task0 guest=false state=Runnable",
-            "def: detach task0 Moved",
-            "def: attach task0 guest=true state=Runnable",
-        ])
+        s(&["hi: attach task0 guest=false state=Runnable", "def: detach task0 Moved", "def: attach task0 guest=true state=Runnable",])
     );
     assert_eq!(hip.members().into_iter().collect::<Vec<_>>(), [(t, false)]);
     assert_eq!(defp.members().into_iter().collect::<Vec<_>>(), [(t, true)]);
@@ -195,14 +182,7 @@ fn join_moves_the_task_and_leave_returns_it() {
     assert_eq!(d.message(0, hi, me(t), t, &Request::Leave), Reply::Ok);
     assert_eq!(d.owner(t), Some(SchedId(0)));
     assert!(!d.is_guest(t));
-    assert_eq!(
-        take(&log),
-        s(&[
-            "def: detach task0 Released",
-            "def: attach task0 guest=false state=Runnable",
-            "hi: detach task0 Moved",
-        ])
-    );
+    assert_eq!(take(&log), s(&["def: detach task0 Released", "def: attach task0 guest=false state=Runnable", "hi: detach task0 Moved",]));
     assert!(hip.members().is_empty());
     assert_eq!(defp.members().into_iter().collect::<Vec<_>>(), [(t, false)]);
 
@@ -235,11 +215,7 @@ fn join_between_two_loaded_schedulers_keeps_the_guest() {
     assert_eq!(join(&mut d, hi, t), Reply::Ok);
     assert_eq!(
         take(&log),
-        s(&[
-            "hi: attach task0 guest=false state=Runnable",
-            "lo: detach task0 Moved",
-            "def: attach task0 guest=true state=Runnable",
-        ])
+        s(&["hi: attach task0 guest=false state=Runnable", "lo: detach task0 Moved", "def: attach task0 guest=true state=Runnable",])
     );
     assert!(d.is_guest(t));
     d.check_invariants().unwrap();
@@ -282,11 +258,7 @@ fn a_default_that_refuses_guests_makes_the_task_exclusive() {
     assert_eq!(join(&mut d, hi, t), Reply::Ok);
     assert_eq!(
         take(&log),
-        s(&[
-            "hi: attach task0 guest=false state=Runnable",
-            "def: detach task0 Moved",
-            "def: attach task0 guest=true state=Runnable",
-        ])
+        s(&["hi: attach task0 guest=false state=Runnable", "def: detach task0 Moved", "def: attach task0 guest=true state=Runnable",])
     );
     assert_eq!(d.owner(t), Some(hi));
     assert!(!d.is_guest(t));
@@ -569,7 +541,11 @@ fn malformed_usages_are_refused() {
     conflict(try_reg(&mut d, &log, "x", hard(&[2], 10), Position::Top), "x", "subset");
     conflict(try_reg(&mut d, &log, "x", hard(&[], 10), Position::Top), "x", "subset");
     conflict(try_reg(&mut d, &log, "x", hard(&[0], 0), Position::Top), "x", "utilisation");
-    conflict(try_reg(&mut d, &log, "x", Usage::HardTime { cpus: CpuSet::only(C0), util_ppm: CPU_PPM + 1 }, Position::Top), "x", "utilisation");
+    conflict(
+        try_reg(&mut d, &log, "x", Usage::HardTime { cpus: CpuSet::only(C0), util_ppm: CPU_PPM + 1 }, Position::Top),
+        "x",
+        "utilisation",
+    );
     conflict(try_reg(&mut d, &log, "x", reserved(0), Position::Top), "x", "zero");
     assert_eq!(names(&d), ["def"]);
 }
@@ -581,15 +557,13 @@ fn huge_reservations_do_not_overflow_the_demand_sum() {
     let (mut d, _, log) = dispatcher(2);
     try_reg(&mut d, &log, "a", reserved(10), Position::Top).unwrap();
     conflict(try_reg(&mut d, &log, "b", Usage::Reserved { cpu_ppm: u64::MAX }, Position::Top), "b", "exceed");
-    conflict(
-        try_reg(&mut d, &log, "b", Usage::Reserved { cpu_ppm: u64::MAX - 50_000 }, Position::Top),
-        "b",
-        "exceed",
-    );
+    conflict(try_reg(&mut d, &log, "b", Usage::Reserved { cpu_ppm: u64::MAX - 50_000 }, Position::Top), "b", "exceed");
     assert_eq!(names(&d), ["a", "def"]);
     let cfg = HierarchyConfig::default();
     assert!(check_conflict(&[("a", reserved(10))], Usage::Reserved { cpu_ppm: u64::MAX }, 0, 2, &cfg).is_err());
-    assert!(check_conflict(&[("a", reserved(10)), ("b", reserved(10))], Usage::Reserved { cpu_ppm: u64::MAX - 100_000 }, 0, 2, &cfg).is_err());
+    assert!(
+        check_conflict(&[("a", reserved(10)), ("b", reserved(10))], Usage::Reserved { cpu_ppm: u64::MAX - 100_000 }, 0, 2, &cfg).is_err()
+    );
 }
 
 #[test]
@@ -830,7 +804,10 @@ fn the_default_may_run_a_guest_until_the_owner_makes_it_exclusive() {
 
     // The owner marks it exclusive: the default is told it lost the guest.
     assert_eq!(d.message(3, hi, me(t), t, &param("exclusive", 1)), Reply::Ok);
-    assert_eq!(take(&log), s(&["hi: message task0 Param { name: \"exclusive\", value: 1 } from Some(TaskId(0))", "def: detach task0 Released"]));
+    assert_eq!(
+        take(&log),
+        s(&["hi: message task0 Param { name: \"exclusive\", value: 1 } from Some(TaskId(0))", "def: detach task0 Released"])
+    );
     assert!(!d.is_guest(t));
     assert_eq!(d.owner(t), Some(hi));
     assert!(defp.members().is_empty());
@@ -911,10 +888,7 @@ fn making_its_own_running_task_exclusive_does_not_preempt_it() {
     let got = d.schedule(0, C0, Preempt::Resched).unwrap();
     assert_eq!(got.by, hi);
     assert_eq!(hip.knobs().ctx_results, s(&["set_exclusive(task0) on dispatch: Ok(())"]));
-    assert_eq!(
-        take(&log),
-        s(&["hi: pick cpu0", "hi: dispatch task0 cpu0", "def: dispatch task0 cpu0", "def: detach task0 Released"])
-    );
+    assert_eq!(take(&log), s(&["hi: pick cpu0", "hi: dispatch task0 cpu0", "def: dispatch task0 cpu0", "def: detach task0 Released"]));
     assert!(!d.is_guest(t));
     assert_eq!(effects(&mut d), []);
     // A hand-off on behalf of the owner is not the default running it either.
@@ -957,10 +931,7 @@ fn exclusive_on_attach_takes_effect() {
     lop.knobs().exclusive_on_attach = true;
     take(&log);
     assert_eq!(join(&mut d, lo, u), Reply::Ok);
-    assert_eq!(
-        take(&log),
-        s(&["lo: attach task1 guest=false state=Runnable", "hi: detach task1 Moved", "def: detach task1 Released"])
-    );
+    assert_eq!(take(&log), s(&["lo: attach task1 guest=false state=Runnable", "hi: detach task1 Moved", "def: detach task1 Released"]));
     assert!(!d.is_guest(u));
     d.check_invariants().unwrap();
 }
@@ -1014,10 +985,7 @@ fn a_guest_that_joins_the_default_is_owned_by_it() {
     assert_eq!(join(&mut d, hi, t), Reply::Ok);
     take(&log);
     assert_eq!(join(&mut d, SchedId(0), t), Reply::Ok);
-    assert_eq!(
-        take(&log),
-        s(&["def: detach task0 Released", "def: attach task0 guest=false state=Runnable", "hi: detach task0 Moved"])
-    );
+    assert_eq!(take(&log), s(&["def: detach task0 Released", "def: attach task0 guest=false state=Runnable", "hi: detach task0 Moved"]));
     assert!(!d.is_guest(t));
     assert_eq!(defp.members().get(&t), Some(&false));
 
@@ -1048,11 +1016,7 @@ fn a_refused_join_to_the_default_reflects_whether_it_took_the_guest_back() {
     assert_eq!(d.message(0, hi, me(t), t, &Request::Leave), Reply::Refused("no".into()));
     assert_eq!(
         take(&log),
-        s(&[
-            "def: detach task0 Released",
-            "def: attach task0 guest=false state=Runnable",
-            "def: attach task0 guest=true state=Runnable",
-        ])
+        s(&["def: detach task0 Released", "def: attach task0 guest=false state=Runnable", "def: attach task0 guest=true state=Runnable",])
     );
     assert_eq!(d.owner(t), Some(hi));
     assert!(!d.is_guest(t));
@@ -1335,10 +1299,7 @@ fn effects_come_out_of_drain_effects() {
     hip.knobs().rearm = Some((10, 9));
     assert!(d.fire_event(300, hi, 9));
     assert_eq!(effects(&mut d), [Effect::Resched(C0)]);
-    assert_eq!(
-        hip.knobs().ctx_results,
-        s(&["set_event(200, 9): Ok(())", "set_event(10, 9): Err(EventInPast { at: 10, now: 300 })"])
-    );
+    assert_eq!(hip.knobs().ctx_results, s(&["set_event(200, 9): Ok(())", "set_event(10, 9): Err(EventInPast { at: 10, now: 300 })"]));
 }
 
 #[test]

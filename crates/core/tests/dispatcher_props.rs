@@ -12,25 +12,70 @@ use vassal_core::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    AddTask { runnable: bool, affinity: u8 },
+    AddTask {
+        runnable: bool,
+        affinity: u8,
+    },
     Wake(usize),
     Block(usize),
-    Schedule { cpu: u16, why: u8, ran: u16 },
-    Account { cpu: u16, ran: u16 },
-    Register { pct: u64, pos: u8, anchor: usize },
+    Schedule {
+        cpu: u16,
+        why: u8,
+        ran: u16,
+    },
+    Account {
+        cpu: u16,
+        ran: u16,
+    },
+    Register {
+        pct: u64,
+        pos: u8,
+        anchor: usize,
+    },
     Unregister(usize),
-    Join { task: usize, sched: usize, sender: u8 },
-    Leave { task: usize, sched: usize, sender: u8 },
+    Join {
+        task: usize,
+        sched: usize,
+        sender: u8,
+    },
+    Leave {
+        task: usize,
+        sched: usize,
+        sender: u8,
+    },
     Remove(usize),
-    SetExclusive { task: usize, on: bool },
+    SetExclusive {
+        task: usize,
+        on: bool,
+    },
     /// Scripts a scheduler's next pick: a task (an existing one when `task < 48`), on
     /// behalf of the task's owner when `by_owner`, with a zero, finite or no slice.
-    Bogus { sched: usize, task: usize, slice: u8, by_owner: bool },
-    Silent { sched: usize, on: bool },
-    RefuseAttach { sched: usize, on: bool },
-    ExclusiveOnAttach { sched: usize, on: bool },
-    ExclusiveOnDispatch { sched: usize, on: bool },
-    HandOff { cpu: u16, task: usize },
+    Bogus {
+        sched: usize,
+        task: usize,
+        slice: u8,
+        by_owner: bool,
+    },
+    Silent {
+        sched: usize,
+        on: bool,
+    },
+    RefuseAttach {
+        sched: usize,
+        on: bool,
+    },
+    ExclusiveOnAttach {
+        sched: usize,
+        on: bool,
+    },
+    ExclusiveOnDispatch {
+        sched: usize,
+        on: bool,
+    },
+    HandOff {
+        cpu: u16,
+        task: usize,
+    },
     Tick(u16),
     FireEvent(usize),
     Serve,
@@ -120,7 +165,13 @@ impl World {
     }
 
     /// Checks a decision the dispatcher accepted against what it must have validated.
-    fn check_dispatched(&self, cpu: CpuId, dp: &Dispatched, before_owner: Option<SchedId>, before_guest: bool) -> Result<(), TestCaseError> {
+    fn check_dispatched(
+        &self,
+        cpu: CpuId,
+        dp: &Dispatched,
+        before_owner: Option<SchedId>,
+        before_guest: bool,
+    ) -> Result<(), TestCaseError> {
         let t = dp.task;
         prop_assert!(self.affinity(t).contains(cpu), "{t} run on {cpu} outside its affinity");
         prop_assert_ne!(dp.slice, Some(0));
@@ -129,7 +180,8 @@ impl World {
         let owner = before_owner.expect("a dispatched task was alive");
         prop_assert!(
             dp.by == owner || (dp.by == self.d.default_sched() && before_guest),
-            "{t} owned by {owner} (guest {before_guest}) was run by {}", dp.by
+            "{t} owned by {owner} (guest {before_guest}) was run by {}",
+            dp.by
         );
         Ok(())
     }
@@ -217,12 +269,7 @@ impl World {
             }
             Op::Unregister(i) => {
                 let (id, probe) = self.sched(i);
-                let owned: Vec<TaskId> = self
-                    .added
-                    .iter()
-                    .map(|&(t, _)| t)
-                    .filter(|&t| self.d.owner(t) == Some(id))
-                    .collect();
+                let owned: Vec<TaskId> = self.added.iter().map(|&(t, _)| t).filter(|&t| self.d.owner(t) == Some(id)).collect();
                 let running: Vec<CpuId> = owned
                     .iter()
                     .filter_map(|&t| match self.d.state(t) {
@@ -444,10 +491,8 @@ impl World {
         }
         // The live tasks are exactly those added minus those removed.
         prop_assert_eq!(self.d.task_count(), self.added.len());
-        let live: BTreeSet<TaskId> =
-            self.added.iter().map(|&(t, _)| t).filter(|&t| self.d.state(t) != TaskState::Dead).collect();
-        let expect: BTreeSet<TaskId> =
-            self.added.iter().map(|&(t, _)| t).filter(|t| !self.removed.contains(t)).collect();
+        let live: BTreeSet<TaskId> = self.added.iter().map(|&(t, _)| t).filter(|&t| self.d.state(t) != TaskState::Dead).collect();
+        let expect: BTreeSet<TaskId> = self.added.iter().map(|&(t, _)| t).filter(|t| !self.removed.contains(t)).collect();
         prop_assert_eq!(&live, &expect);
         // Every live task has exactly one registered owner, and the policies agree: it is
         // attached as owner to exactly that scheduler, and as a guest to the default iff
@@ -455,13 +500,11 @@ impl World {
         let ids = self.names();
         prop_assert_eq!(ids.len(), self.live.len());
         let default = self.d.default_sched();
-        let members: Vec<(SchedId, BTreeMap<TaskId, bool>)> =
-            self.live.iter().map(|(id, p)| (*id, p.members())).collect();
+        let members: Vec<(SchedId, BTreeMap<TaskId, bool>)> = self.live.iter().map(|(id, p)| (*id, p.members())).collect();
         for &t in &live {
             let owner = self.d.owner(t).expect("a live task has an owner");
             prop_assert!(ids.contains(&owner), "{t} owned by unregistered {owner}");
-            let holders: Vec<SchedId> =
-                members.iter().filter(|(_, m)| m.get(&t) == Some(&false)).map(|(id, _)| *id).collect();
+            let holders: Vec<SchedId> = members.iter().filter(|(_, m)| m.get(&t) == Some(&false)).map(|(id, _)| *id).collect();
             prop_assert_eq!(holders, vec![owner], "owner attachments of {}", t);
             let guest_of_default = members.iter().any(|(id, m)| *id == default && m.get(&t) == Some(&true));
             prop_assert_eq!(guest_of_default, self.d.is_guest(t), "guest attachment of {}", t);

@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use vassal_core::{
-    CpuId, CpuSet, Ctx, Detach, PolicyLog, Preempt, Refusal, Reply, Request, TaskId, TaskState, Usage, Wake,
-};
+use vassal_core::{CpuId, CpuSet, Ctx, Detach, PolicyLog, Preempt, Refusal, Reply, Request, TaskId, TaskState, Usage, Wake};
 
 use crate::abi::*;
 use crate::{LoadError, ModuleParam};

@@ -107,12 +107,7 @@ pub fn open_bytes(
 }
 
 /// [`open_bytes`] from a file; the label is the file name.
-pub fn open_file(
-    path: &Path,
-    ncpus: u16,
-    params: &BTreeMap<String, ModuleParam>,
-    limits: Limits,
-) -> Result<Opened, LoadError> {
+pub fn open_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ModuleParam>, limits: Limits) -> Result<Opened, LoadError> {
     let (bytes, label) = read_file(path)?;
     open_bytes(&bytes, &label, ncpus, params, limits)
 }
@@ -162,13 +157,7 @@ impl Default for LoadOptions {
 /// The form comes from the file ([`Backend::of_file`]): a native module is loaded too,
 /// unsandboxed — a mechanism that must refuse those to unprivileged callers checks
 /// [`Backend::sandboxed`] first.
-pub fn load(
-    disp: &mut Dispatcher,
-    path: &Path,
-    name: &str,
-    place: &Placement,
-    opts: &LoadOptions,
-) -> Result<SchedId, LoadError> {
+pub fn load(disp: &mut Dispatcher, path: &Path, name: &str, place: &Placement, opts: &LoadOptions) -> Result<SchedId, LoadError> {
     let (bytes, label) = read_file(path)?;
     load_bytes(disp, &bytes, &label, name, place, opts)
 }
@@ -191,7 +180,13 @@ pub fn load_bytes(
 /// mechanism that must not stall its dispatcher opens (compiles) it first, outside its
 /// lock, and registers it under the lock: the conflict check, the placement and the
 /// containment with `watchdog`. Nothing changes if this fails.
-pub fn register_opened(disp: &mut Dispatcher, m: Opened, name: &str, place: &Placement, watchdog: Option<Ns>) -> Result<SchedId, LoadError> {
+pub fn register_opened(
+    disp: &mut Dispatcher,
+    m: Opened,
+    name: &str,
+    place: &Placement,
+    watchdog: Option<Ns>,
+) -> Result<SchedId, LoadError> {
     let pos = position(disp, place)?;
     let id = disp.register(name, m.policy, m.usage, pos)?;
     disp.contain(id, Containment { watchdog })?;
@@ -217,8 +212,6 @@ pub fn position(disp: &Dispatcher, place: &Placement) -> Result<Position, LoadEr
 /// ([`Dispatcher::unregister_to_below`]). Returns each task with the scheduler that took it.
 /// The mechanism then drains the dispatcher's effects (running tasks' CPUs need decisions).
 pub fn unload(disp: &mut Dispatcher, now: Ns, name: &str) -> Result<Vec<(TaskId, SchedId)>, LoadError> {
-    let id = disp
-        .lookup(name)
-        .ok_or_else(|| LoadError::Init(format!("no scheduler named '{name}' is loaded")))?;
+    let id = disp.lookup(name).ok_or_else(|| LoadError::Init(format!("no scheduler named '{name}' is loaded")))?;
     Ok(disp.unregister_to_below(now, id)?)
 }

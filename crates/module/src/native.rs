@@ -22,8 +22,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request,
-    Sender, TaskId, Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId, Usage, Wake,
 };
 
 use crate::abi::*;
@@ -203,19 +202,13 @@ impl NativePolicy {
     /// Loads a native module from its bytes (an ELF shared library built with the SDK for
     /// this machine), hands it the host's table, runs its `vassal_init` with `params` and
     /// reads its declared CPU usage. `label` names it in messages.
-    pub fn from_bytes(
-        bytes: &[u8],
-        label: &str,
-        ncpus: u16,
-        params: &BTreeMap<String, ModuleParam>,
-    ) -> Result<NativePolicy, LoadError> {
+    pub fn from_bytes(bytes: &[u8], label: &str, ncpus: u16, params: &BTreeMap<String, ModuleParam>) -> Result<NativePolicy, LoadError> {
         let lib = open_private_copy(bytes, label)?;
         macro_rules! req {
             ($name:literal) => {
                 // SAFETY: the signature is the ABI's (docs/modules.md); a library that
                 // exports the name with another signature breaks the trust it was given.
-                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .map_err(|_| LoadError::Abi(format!("it exports no '{}'", $name)))?
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|_| LoadError::Abi(format!("it exports no '{}'", $name)))?
             };
         }
         macro_rules! opt {
@@ -261,8 +254,7 @@ impl NativePolicy {
         if ex.mailbox.is_null() {
             return Err(LoadError::Abi("null mailbox address".into()));
         }
-        let mut p =
-            NativePolicy { ex, host, _table: table, usage: Usage::BestEffort, label: label.to_string(), _lib: lib };
+        let mut p = NativePolicy { ex, host, _table: table, usage: Usage::BestEffort, label: label.to_string(), _lib: lib };
         let bytes = glue::encode_params(params)?;
         p.write_buffer(&bytes)?;
         let rc = unsafe { init(ncpus as i32, bytes.len() as i32) };

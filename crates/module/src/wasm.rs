@@ -13,8 +13,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
-    Request, Sender, TaskId, Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId, Usage, Wake,
 };
 use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
@@ -152,15 +151,11 @@ fn linker(engine: &Engine) -> Linker<Host> {
     l.func_wrap(m, "last_cpu", |mut c: Caller<'_, Host>, task: i32| glue::last_cpu(c.data_mut().ctx(), task)).unwrap();
     l.func_wrap(m, "running_on", |mut c: Caller<'_, Host>, cpu: i32| glue::running_on(c.data_mut().ctx(), cpu)).unwrap();
     l.func_wrap(m, "sched_id", |mut c: Caller<'_, Host>| glue::sched_id(c.data_mut().ctx())).unwrap();
-    l.func_wrap(m, "set_event", |mut c: Caller<'_, Host>, at: i64, token: i64| glue::set_event(c.data_mut().ctx(), at, token))
-        .unwrap();
-    l.func_wrap(m, "cancel_event", |mut c: Caller<'_, Host>, token: i64| glue::cancel_event(c.data_mut().ctx(), token))
-        .unwrap();
+    l.func_wrap(m, "set_event", |mut c: Caller<'_, Host>, at: i64, token: i64| glue::set_event(c.data_mut().ctx(), at, token)).unwrap();
+    l.func_wrap(m, "cancel_event", |mut c: Caller<'_, Host>, token: i64| glue::cancel_event(c.data_mut().ctx(), token)).unwrap();
     l.func_wrap(m, "resched", |mut c: Caller<'_, Host>, cpu: i32| glue::resched(c.data_mut().ctx(), cpu)).unwrap();
-    l.func_wrap(m, "set_exclusive", |mut c: Caller<'_, Host>, task: i32, on: i32| {
-        glue::set_exclusive(c.data_mut().ctx(), task, on)
-    })
-    .unwrap();
+    l.func_wrap(m, "set_exclusive", |mut c: Caller<'_, Host>, task: i32, on: i32| glue::set_exclusive(c.data_mut().ctx(), task, on))
+        .unwrap();
     // Bytes from the module.
     l.func_wrap(m, "set_kind", |mut c: Caller<'_, Host>, ptr: i32, len: i32| {
         let s = read_text(&mut c, ptr, len);
@@ -267,12 +262,7 @@ fn describe_error(e: &wasmtime::Error, limits: &Limits, memory_denied: bool) -> 
 impl WasmPolicy {
     /// Compiles and instantiates a module from a file, runs its `vassal_init` with
     /// `params`, and reads its declared CPU usage.
-    pub fn from_file(
-        path: &Path,
-        ncpus: u16,
-        params: &BTreeMap<String, ModuleParam>,
-        limits: Limits,
-    ) -> Result<WasmPolicy, LoadError> {
+    pub fn from_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ModuleParam>, limits: Limits) -> Result<WasmPolicy, LoadError> {
         let (bytes, label) = crate::read_file(path)?;
         WasmPolicy::from_bytes(&bytes, &label, ncpus, params, limits)
     }
@@ -311,9 +301,7 @@ impl WasmPolicy {
         store.data_mut().memory = Some(memory);
         macro_rules! req {
             ($name:literal) => {
-                instance
-                    .get_typed_func(&mut store, $name)
-                    .map_err(|e| LoadError::Abi(format!("export '{}': {e}", $name)))?
+                instance.get_typed_func(&mut store, $name).map_err(|e| LoadError::Abi(format!("export '{}': {e}", $name)))?
             };
         }
         macro_rules! opt {

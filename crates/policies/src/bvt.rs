@@ -104,8 +104,7 @@
 use std::collections::BTreeSet;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
 };
 
 use crate::params::Params;
@@ -380,9 +379,7 @@ impl Bvt {
         if cfg.mcu == 0 {
             return Err("bvt parameter 'mcu': must be more than 0ns".into());
         }
-        for (name, v) in
-            [("mcu", cfg.mcu), ("c", cfg.c), ("migration_penalty", cfg.migration_penalty), ("w_int", cfg.w_int)]
-        {
+        for (name, v) in [("mcu", cfg.mcu), ("c", cfg.c), ("migration_penalty", cfg.migration_penalty), ("w_int", cfg.w_int)] {
             if v > MAX_TIME as u64 {
                 return Err(format!("bvt parameter '{name}': {v}ns is too large (at most 2^62 ns)"));
             }
@@ -1266,9 +1263,7 @@ impl Policy for Bvt {
                         self.check_preempt(ctx, task);
                         Reply::Ok
                     }
-                    _ => Reply::refused(format!(
-                        "bvt has no task parameter '{name}'; expected weight, warp, warp_limit or unwarp"
-                    )),
+                    _ => Reply::refused(format!("bvt has no task parameter '{name}'; expected weight, warp, warp_limit or unwarp")),
                 }
             }
             other => Reply::refused(format!("bvt does not understand {other:?}")),

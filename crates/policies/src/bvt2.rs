@@ -69,8 +69,8 @@
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
-    Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Wake,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request, SchedId,
+    Sender, TaskId, TaskParams, TaskState, TaskView, Wake,
 };
 
 use crate::bvt::{self, Bvt, BvtTaskInfo};
@@ -469,9 +469,7 @@ impl Bvt2 {
             return None;
         }
         match self.mode {
-            Mode::Threshold => {
-                (i.warp > self.threshold && self.be_warp > 0).then_some((self.be_warp, self.be_warp_limit, self.be_unwarp))
-            }
+            Mode::Threshold => (i.warp > self.threshold && self.be_warp > 0).then_some((self.be_warp, self.be_warp_limit, self.be_unwarp)),
             Mode::Direct => (i.warp > 0).then_some((i.warp, i.warp_limit, i.unwarp)),
         }
     }
@@ -573,15 +571,22 @@ impl Bvt2 {
             (Some(&p), None) => pct_to_ppm(p).map_err(|e| format!("bvt2: task parameter 'share': {e}")),
             (None, Some(&p)) if (1..=PPM as i64).contains(&p) => Ok(p as u64),
             (None, Some(&p)) => Err(format!("bvt2: task parameter 'share_ppm' must be from 1 to {PPM}, got {p}")),
-            (None, None) => Err(
-                "bvt2: a reserved-effort task (level 0) needs a CPU share: task parameter 'share' (percent) or 'share_ppm'"
-                    .into(),
-            ),
+            (None, None) => {
+                Err("bvt2: a reserved-effort task (level 0) needs a CPU share: task parameter 'share' (percent) or 'share_ppm'".into())
+            }
         }
     }
 
     /// Attaches `task` to level 0 (admission checked) in `state`.
-    fn attach_re(&mut self, ctx: &mut Ctx, task: TaskId, params: &TaskParams, state: TaskState, affinity: CpuSet, parent: Option<TaskId>) -> Result<(), String> {
+    fn attach_re(
+        &mut self,
+        ctx: &mut Ctx,
+        task: TaskId,
+        params: &TaskParams,
+        state: TaskState,
+        affinity: CpuSet,
+        parent: Option<TaskId>,
+    ) -> Result<(), String> {
         if params.contains_key("weight") {
             return Err("bvt2: the weight of a reserved-effort task is its share; give 'share', not 'weight'".into());
         }

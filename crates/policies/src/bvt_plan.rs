@@ -197,26 +197,17 @@ pub fn plan(shares_pct: &[Ratio], c_mcu: u64, priorities: &[u32], warp_limits: &
         return Err(format!("bvt plan: the shares add up to {total}%, more than 100%"));
     }
     if !priorities.is_empty() && priorities.len() != shares_pct.len() {
-        return Err(format!(
-            "bvt plan: {} priorities for {} shares; give one per thread (or none)",
-            priorities.len(),
-            shares_pct.len()
-        ));
+        return Err(format!("bvt plan: {} priorities for {} shares; give one per thread (or none)", priorities.len(), shares_pct.len()));
     }
     if !warp_limits.is_empty() && warp_limits.len() != shares_pct.len() {
-        return Err(format!(
-            "bvt plan: {} warp limits for {} shares; give one per thread (or none)",
-            warp_limits.len(),
-            shares_pct.len()
-        ));
+        return Err(format!("bvt plan: {} warp limits for {} shares; give one per thread (or none)", warp_limits.len(), shares_pct.len()));
     }
     if !warp_limits.is_empty() && priorities.is_empty() {
         return Err("bvt plan: warp limits are used only with priorities (§6.1.3)".into());
     }
     // §6.1.1: reciprocals b_i/a_i, scaled to the smallest integers.
     let d = shares_pct.iter().try_fold(1u128, |acc, s| lcm(acc, s.num))?;
-    let n: Vec<u128> =
-        shares_pct.iter().map(|s| s.den.checked_mul(d / s.num).ok_or_else(too_large)).collect::<Result<_, _>>()?;
+    let n: Vec<u128> = shares_pct.iter().map(|s| s.den.checked_mul(d / s.num).ok_or_else(too_large)).collect::<Result<_, _>>()?;
     let g = n.iter().fold(0u128, |acc, &x| gcd(acc, x));
     let m: Vec<u128> = n.iter().map(|&x| x / g).collect();
     let l = m.iter().try_fold(1u128, |acc, &x| lcm(acc, x))?;

@@ -49,8 +49,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
 };
 
 use crate::dbs_admission::{self, Demand};
@@ -271,11 +270,7 @@ impl Dbs {
             return Reply::refused(format!("dbs: {task} may not run on {RESERVATION_CPU}, where reservations are served"));
         }
         let now = ctx.now();
-        let set: Vec<Demand> = self
-            .res
-            .values()
-            .map(|v| Demand { start: v.start, need: v.need - v.used, deadline: v.deadline })
-            .collect();
+        let set: Vec<Demand> = self.res.values().map(|v| Demand { start: v.start, need: v.need - v.used, deadline: v.deadline }).collect();
         if let Err(why) = dbs_admission::admit(now, &set, Demand { start, need, deadline }) {
             return Reply::Refused(format!("dbs: reservation ({start} ns, {need} ns, {deadline} ns) refused: {why}"));
         }

@@ -44,9 +44,7 @@ pub struct Demand {
 /// feasibility arithmetic. The error says what is wrong, with the numbers.
 pub fn validate(now: Ns, start: Ns, need: Ns, deadline: Ns) -> Result<(), String> {
     if start > MAX_TIME || deadline > MAX_TIME {
-        return Err(format!(
-            "start {start} ns or deadline {deadline} ns is beyond {MAX_TIME} ns (an overflowed time?)"
-        ));
+        return Err(format!("start {start} ns or deadline {deadline} ns is beyond {MAX_TIME} ns (an overflowed time?)"));
     }
     if need == 0 {
         return Err("a need of 0 ns is not a reservation".into());
@@ -71,11 +69,8 @@ pub fn validate(now: Ns, start: Ns, need: Ns, deadline: Ns) -> Result<(), String
 /// The error names the first overloaded interval found.
 pub fn feasible(now: Ns, set: &[Demand]) -> Result<(), String> {
     // (release, need, deadline), released no earlier than now.
-    let mut jobs: Vec<(Ns, Ns, Ns)> = set
-        .iter()
-        .filter(|d| d.need > 0 && d.deadline > now)
-        .map(|d| (d.start.max(now), d.need, d.deadline))
-        .collect();
+    let mut jobs: Vec<(Ns, Ns, Ns)> =
+        set.iter().filter(|d| d.need > 0 && d.deadline > now).map(|d| (d.start.max(now), d.need, d.deadline)).collect();
     // In deadline order, so that one pass per candidate interval start sums the demand
     // of every interval [a, d_j].
     jobs.sort_by_key(|&(r, _, d)| (d, r));

@@ -30,8 +30,8 @@
 use std::collections::BTreeSet;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskParams, TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams, TaskState,
+    Wake, MS,
 };
 
 use crate::params::Params;

@@ -53,8 +53,7 @@
 use std::cmp::Reverse;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
-    TaskId, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice, TaskId, Wake, MS,
 };
 
 use crate::params::Params;
@@ -166,12 +165,7 @@ pub struct Fb {
 
 impl Fb {
     pub fn new(cfg: FbConfig) -> Self {
-        let cfg = FbConfig {
-            quantum: cfg.quantum.max(1),
-            base: cfg.base.min(MAX_LEVEL),
-            wake_boost: cfg.wake_boost.min(TS_MAX),
-            ..cfg
-        };
+        let cfg = FbConfig { quantum: cfg.quantum.max(1), base: cfg.base.min(MAX_LEVEL), wake_boost: cfg.wake_boost.min(TS_MAX), ..cfg };
         Fb { cfg, rq: RunQueue::new(), front: 0, back: 0 }
     }
 

@@ -40,8 +40,8 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
-    TaskId, TaskParams, TaskState, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams, TaskState,
+    Wake,
 };
 
 /// A task's rank: smaller is more important. (priority, tie-break).
@@ -430,9 +430,7 @@ impl Policy for FixedPriority {
                 Ok(r) => r,
                 Err(why) => return Reply::Refused(why),
             },
-            ("priority", true) => {
-                return Reply::refused("fps with rm = true takes priorities from 'period', not 'priority'")
-            }
+            ("priority", true) => return Reply::refused("fps with rm = true takes priorities from 'period', not 'priority'"),
             ("period", false) => return Reply::refused("fps: 'period' is only used with rm = true; set 'priority'"),
             _ => return Reply::refused(format!("fps has no task parameter '{name}' (it knows: priority, period)")),
         };

@@ -10,8 +10,6 @@
 //! admitted by [`dbs_admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
 //! is [`fps`] with `rm = true`).
 
-pub mod fps;
-pub mod linux22;
 pub mod bvt;
 pub mod bvt2;
 pub mod bvt_admission;
@@ -19,6 +17,9 @@ pub mod bvt_plan;
 pub mod dbs;
 pub mod dbs_admission;
 pub mod edf;
+pub mod fb;
+pub mod fps;
+pub mod linux22;
 pub mod params;
 pub mod rr;
 pub mod rtserver;
@@ -26,7 +27,6 @@ mod runqueue;
 mod task_table;
 pub mod timed;
 pub mod unix;
-pub mod fb;
 pub mod wrr;
 
 pub use fps::FixedPriority;
@@ -73,11 +73,7 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
         "fps" => {
             let rm = p.bool("rm", false)?;
             // No default quantum: without one a task runs until it blocks or is preempted.
-            let quantum = if params.contains_key("quantum") {
-                Some(positive(kind, "quantum", p.duration("quantum", 0)?)?)
-            } else {
-                None
-            };
+            let quantum = if params.contains_key("quantum") { Some(positive(kind, "quantum", p.duration("quantum", 0)?)?) } else { None };
             Box::new(FixedPriority::new(rm, quantum))
         }
         "wrr" => {

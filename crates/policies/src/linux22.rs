@@ -57,8 +57,7 @@
 use std::cmp::Reverse;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
 };
 
 use crate::params::Params;
@@ -185,11 +184,7 @@ impl Linux22 {
     }
 
     pub fn task_info(&self, task: TaskId) -> Option<Linux22TaskInfo> {
-        self.rq.get(task).map(|t| Linux22TaskInfo {
-            counter: t.counter,
-            priority: t.priority,
-            runnable: !matches!(t.st, St::Blocked),
-        })
+        self.rq.get(task).map(|t| Linux22TaskInfo { counter: t.counter, priority: t.priority, runnable: !matches!(t.st, St::Blocked) })
     }
 
     /// Number of queued (runnable, not running) tasks.
@@ -418,9 +413,7 @@ impl Policy for Linux22 {
             // prev first (still_running): the others must beat it strictly.
             let mut best: Option<(i64, TaskId)> = None;
             if let Some((p, yielded)) = prev {
-                let ok = self.rq.get(p).is_some_and(|t| t.st == St::Queued)
-                    && ctx.allowed(p, cpu)
-                    && ctx.state(p) == TaskState::Runnable;
+                let ok = self.rq.get(p).is_some_and(|t| t.st == St::Queued) && ctx.allowed(p, cpu) && ctx.state(p) == TaskState::Runnable;
                 if ok {
                     let g = if yielded { -1 } else { self.goodness_prev(self.rq.get(p).unwrap(), cpu) };
                     best = Some((g, p));

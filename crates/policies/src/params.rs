@@ -42,9 +42,7 @@ impl<'a> Params<'a> {
     pub fn duration(&mut self, key: &str, default: Ns) -> Result<Ns, String> {
         match self.get(key) {
             None => Ok(default),
-            Some(ParamValue::Str(s)) => {
-                parse_duration(s).map_err(|e| format!("{} parameter '{key}': {e}", self.kind))
-            }
+            Some(ParamValue::Str(s)) => parse_duration(s).map_err(|e| format!("{} parameter '{key}': {e}", self.kind)),
             Some(v) => Err(format!("{} parameter '{key}': expected a duration string like \"10ms\", found {v:?}", self.kind)),
         }
     }
@@ -54,12 +52,9 @@ impl<'a> Params<'a> {
         match self.get(key) {
             None => Ok(default),
             Some(ParamValue::Int(i)) if range.contains(i) => Ok(*i),
-            Some(ParamValue::Int(i)) => Err(format!(
-                "{} parameter '{key}': {i} is out of range {}..={}",
-                self.kind,
-                range.start(),
-                range.end()
-            )),
+            Some(ParamValue::Int(i)) => {
+                Err(format!("{} parameter '{key}': {i} is out of range {}..={}", self.kind, range.start(), range.end()))
+            }
             Some(v) => Err(format!("{} parameter '{key}': expected an integer, found {v:?}", self.kind)),
         }
     }

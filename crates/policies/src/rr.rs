@@ -25,9 +25,7 @@
 //! `FifoCore` holds the queue and the per-task turn budget; weighted round robin
 //! ([`crate::wrr`]) uses the same core with a budget of weight × quantum.
 
-use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, TaskId, TaskState, Wake,
-};
+use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, TaskId, TaskState, Wake};
 
 const NIL: u32 = u32::MAX;
 

@@ -292,10 +292,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
         loop {
             let found = {
                 let set = if own { &self.per_cpu[cpu.0 as usize] } else { &self.ready };
-                set.iter()
-                    .take_while(|k| take_while(&k.0))
-                    .map(|k| TaskId(k.1))
-                    .find(|&id| Some(id) != skip && ctx.allowed(id, cpu))
+                set.iter().take_while(|k| take_while(&k.0)).map(|k| TaskId(k.1)).find(|&id| Some(id) != skip && ctx.allowed(id, cpu))
             }?;
             match ctx.state(found) {
                 TaskState::Runnable => return Some(found),

@@ -54,7 +54,6 @@ impl<T, R> Default for TaskTable<T, R> {
 }
 
 impl<T, R: CpuEntry> TaskTable<T, R> {
-
     /// Sizes the per-CPU tables for the machine.
     pub fn ensure(&mut self, ctx: &Ctx) {
         let n = ctx.ncpus().max(1) as usize;

@@ -43,10 +43,7 @@
 
 use std::collections::BTreeSet;
 
-use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Reply, Request, Sender, TaskId, TaskState,
-    Wake,
-};
+use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
 use crate::params::Params;
 

@@ -82,8 +82,7 @@
 //! process"). Decisions use no floating point.
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
-    TaskId, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, SwapAdvice, TaskId, Wake,
 };
 
 use crate::params::Params;
@@ -402,12 +401,7 @@ impl Unix {
             Ok(())
         } else {
             let r = if name == "nice" { NICE_RANGE } else { self.cfg.variant.wait_range() };
-            Err(format!(
-                "unix ({}): task parameter {name} = {value} is out of range {}..={}",
-                self.cfg.variant.name(),
-                r.start(),
-                r.end()
-            ))
+            Err(format!("unix ({}): task parameter {name} = {value} is out of range {}..={}", self.cfg.variant.name(), r.start(), r.end()))
         }
     }
 }

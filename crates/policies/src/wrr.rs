@@ -23,8 +23,7 @@
 //! is O(1) whenever the head may run on the CPU.
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender,
-    TaskId, TaskParams, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams, Wake,
 };
 
 use crate::rr::FifoCore;

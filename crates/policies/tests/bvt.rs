@@ -9,13 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns,
-    Policy, Position, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams, TaskState, TaskView,
-    Usage, Wake, MS,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
+    Request, SchedId, Sender, Shared, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, MS,
 };
-use vassal_policies::bvt::{
-    self, Bvt, BvtConfig, BvtLogEntry, BvtLogEvent, BvtTaskInfo, WakePreempt, MAX_WEIGHT, VT_SCALE,
-};
+use vassal_policies::bvt::{self, Bvt, BvtConfig, BvtLogEntry, BvtLogEvent, BvtTaskInfo, WakePreempt, MAX_WEIGHT, VT_SCALE};
 use vassal_policies::{ParamValue, Params};
 
 const MCU: Ns = 10 * MS;
@@ -40,7 +37,6 @@ fn cfg(c_mcu: u64) -> BvtConfig {
 const VOL: Wake = Wake { voluntary: true, interrupt: None, warp: false, cpu: None };
 
 // ----- a policy wrapper so the test can look inside the boxed policy -----
-
 
 /// A scheduler that owns tasks but never has an opinion (to make BVT a guest host).
 struct Abstain;
@@ -147,8 +143,7 @@ impl Sim {
     fn decide(&mut self, cpu: u16, why: Preempt) {
         self.account(cpu);
         let r = self.d.schedule(self.now, CpuId(cpu), why);
-        self.running[cpu as usize] =
-            r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
+        self.running[cpu as usize] = r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
         if let Some(d) = r {
             self.disp.push((self.now, CpuId(cpu), d));
         }
@@ -188,12 +183,7 @@ impl Sim {
     fn advance(&mut self, to: Ns) {
         loop {
             let ev = self.events.iter().map(|(k, &at)| (at, *k)).min();
-            let sl = self
-                .running
-                .iter()
-                .enumerate()
-                .filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c as u16)))
-                .min();
+            let sl = self.running.iter().enumerate().filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c as u16))).min();
             let tick = self.settle_every.map(|p| (self.now / p + 1) * p);
             let next = [ev.map(|e| e.0), sl.map(|s| s.0), tick].into_iter().flatten().min();
             match next {
@@ -309,10 +299,7 @@ fn fig1_weighted_sharing_two_to_one() {
         assert!(max_lag(s, &tasks) <= mcu(3) as u128, "lag {} at {}", max_lag(s, &tasks), s.now);
     }));
     sim.advance(mcu(38));
-    assert_eq!(
-        sim.trace0(),
-        vec![(0, 0), (2, 1), (5, 0), (11, 1), (14, 0), (20, 1), (23, 0), (29, 1), (32, 0), (38, 1)]
-    );
+    assert_eq!(sim.trace0(), vec![(0, 0), (2, 1), (5, 0), (11, 1), (14, 0), (20, 1), (23, 0), (29, 1), (32, 0), (38, 1)]);
     // Exactly 2/3 and 1/3 over each 9-mcu window from 2 mcu on.
     assert_eq!((sim.ran(gcc), sim.ran(bigsim)), (mcu(2 + 6 + 6 + 6 + 6), mcu(3 + 3 + 3 + 3)));
     // AVTs: gcc 26 mcu at weight 2 = 13 virtual mcu; bigsim 12.
@@ -556,10 +543,7 @@ fn fig4_warp_time_limit_unwarps_a_looping_task() {
     let i = sim.info(mpeg);
     assert!(!i.warped && !i.warp_back);
     assert_eq!(i.avt, vmcu(6));
-    assert_eq!(
-        sim.log(),
-        vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(5) } }]
-    );
+    assert_eq!(sim.log(), vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(5) } }]);
     // From now on it time-slices as an ordinary task: weighted sharing resumes.
     sim.advance(mcu(100));
     assert!(!sim.info(mpeg).warped);
@@ -578,8 +562,7 @@ fn unwarp_time_requirement_defers_a_warp_request() {
     // mpeg: warp 50, L = 2, U = 20 mcu, against one batch task (weight 1, C = 2 mcu).
     let mut sim = Sim::new(1, cfg(2));
     let bigsim = sim.add(params(&[]), true);
-    let mpeg =
-        sim.add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(20) as i64)]), false);
+    let mpeg = sim.add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(20) as i64)]), false);
     sim.advance(mcu(5));
     sim.wake(mpeg, VOL); // warped: runs at once
     sim.advance(mcu(6));
@@ -590,10 +573,7 @@ fn unwarp_time_requirement_defers_a_warp_request() {
     assert_eq!(sim.info(mpeg).avt, vmcu(9));
     assert_eq!(sim.running(0), Some(bigsim));
     sim.advance(mcu(40));
-    assert_eq!(
-        sim.trace0(),
-        vec![(0, 0), (5, 1), (6, 0), (12, 1), (16, 0), (20, 1), (24, 0), (26, 1), (28, 0), (32, 1), (36, 0), (40, 1)]
-    );
+    assert_eq!(sim.trace0(), vec![(0, 0), (5, 1), (6, 0), (12, 1), (16, 0), (20, 1), (24, 0), (26, 1), (28, 0), (32, 1), (36, 0), (40, 1)]);
     assert_eq!(
         sim.log(),
         vec![
@@ -614,8 +594,7 @@ fn an_involuntary_block_does_not_end_a_warped_episode() {
     for voluntary in [false, true] {
         let mut sim = Sim::new(1, cfg(2));
         let bigsim = sim.add(params(&[]), true);
-        let mpeg = sim
-            .add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(4) as i64), ("unwarp", mcu(20) as i64)]), false);
+        let mpeg = sim.add(params(&[("warp", mcu(50) as i64), ("warp_limit", mcu(4) as i64), ("unwarp", mcu(20) as i64)]), false);
         sim.advance(mcu(5));
         sim.wake(mpeg, VOL);
         sim.advance(mcu(7));
@@ -625,17 +604,11 @@ fn an_involuntary_block_does_not_end_a_warped_episode() {
         sim.advance(mcu(10));
         if voluntary {
             assert_eq!(sim.running(0), Some(bigsim));
-            assert_eq!(
-                sim.log(),
-                vec![BvtLogEntry { at: mcu(8), task: mpeg, event: BvtLogEvent::WarpDenied { until: mcu(27) } }]
-            );
+            assert_eq!(sim.log(), vec![BvtLogEntry { at: mcu(8), task: mpeg, event: BvtLogEvent::WarpDenied { until: mcu(27) } }]);
         } else {
             assert_eq!(sim.trace0(), vec![(0, 0), (5, 1), (7, 0), (8, 1), (10, 0)]);
             assert_eq!(sim.info(mpeg).avt, vmcu(9), "A kept over the fault: 5 + 2 + 2");
-            assert_eq!(
-                sim.log(),
-                vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(4) } }]
-            );
+            assert_eq!(sim.log(), vec![BvtLogEntry { at: mcu(10), task: mpeg, event: BvtLogEvent::WarpLimit { warped_for: mcu(4) } }]);
         }
     }
 }
@@ -758,10 +731,7 @@ fn migration_penalty_keeps_tasks_on_their_cpu() {
     assert!(sw.contains(&(4, 1, 0)));
     let (first, sw) = mp_first_migration(3);
     assert_eq!(first, 9);
-    assert_eq!(
-        sw.iter().filter(|s| s.0 <= 9).copied().collect::<Vec<_>>(),
-        vec![(0, 0, 0), (0, 1, 1), (2, 0, 2), (6, 0, 0), (9, 1, 2)]
-    );
+    assert_eq!(sw.iter().filter(|s| s.0 <= 9).copied().collect::<Vec<_>>(), vec![(0, 0, 0), (0, 1, 1), (2, 0, 2), (6, 0, 0), (9, 1, 2)]);
 }
 
 #[test]
@@ -791,10 +761,7 @@ fn affinity_is_respected() {
 #[test]
 fn a_child_inherits_its_parents_parameters() {
     let mut sim = Sim::new(1, cfg(2));
-    let parent = sim.add(
-        params(&[("weight", 3), ("warp", mcu(7) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(5) as i64)]),
-        true,
-    );
+    let parent = sim.add(params(&[("weight", 3), ("warp", mcu(7) as i64), ("warp_limit", mcu(2) as i64), ("unwarp", mcu(5) as i64)]), true);
     let child = sim.add_full(params(&[]), CpuSet::first(1), Some(parent), true);
     let i = sim.info(child);
     assert_eq!((i.weight, i.warp, i.warp_limit, i.unwarp), (3, mcu(7), mcu(2), mcu(5)));
@@ -969,20 +936,13 @@ fn bad_task_parameters_are_refused_at_attach() {
         (params(&[("unwarp", -1)]), "unwarp"),
         (params(&[("warp_on", 2)]), "warp_on"),
     ] {
-        let info = AttachInfo {
-            state: TaskState::Runnable,
-            params: &kv,
-            affinity: CpuSet::first(1),
-            parent: None,
-            guest: false,
-        };
+        let info = AttachInfo { state: TaskState::Runnable, params: &kv, affinity: CpuSet::first(1), parent: None, guest: false };
         let e = b.on_attach(&mut ctx, TaskId(0), &info).unwrap_err();
         assert!(e.contains(word), "{e}");
     }
     assert_eq!(b.task_count(), 0);
     let ok = params(&[("weight", 5), ("other_policys_param", -7)]);
-    let info =
-        AttachInfo { state: TaskState::Runnable, params: &ok, affinity: CpuSet::first(1), parent: None, guest: false };
+    let info = AttachInfo { state: TaskState::Runnable, params: &ok, affinity: CpuSet::first(1), parent: None, guest: false };
     assert!(b.on_attach(&mut ctx, TaskId(0), &info).is_ok());
 }
 
@@ -994,10 +954,7 @@ fn bad_parameters_are_refused_through_the_dispatcher() {
     assert!(why.contains("unwarp"), "{why}");
     assert_eq!(sim.d.state(t), TaskState::Dead);
     // A task with good parameters may join a second BVT scheduler (a reserved-effort level).
-    let upper = sim
-        .d
-        .register("bvt-re", Box::new(Bvt::default()), Usage::Reserved { cpu_ppm: 500_000 }, Position::Top)
-        .unwrap();
+    let upper = sim.d.register("bvt-re", Box::new(Bvt::default()), Usage::Reserved { cpu_ppm: 500_000 }, Position::Top).unwrap();
     let good = sim.add(params(&[("weight", 7)]), true);
     assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, good, &Request::Join), Reply::Ok);
     assert_eq!(sim.d.owner(good), Some(upper));
@@ -1010,8 +967,7 @@ fn guests_are_run_like_own_tasks() {
     let mut sim = Sim::new(1, cfg(2));
     let own = sim.add(params(&[]), true);
     let g = sim.add(params(&[]), true);
-    let upper =
-        sim.d.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
+    let upper = sim.d.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
     assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, g, &Request::Join), Reply::Ok);
     sim.settle();
     assert!(sim.d.is_guest(g));
@@ -1076,11 +1032,8 @@ fn many_equal_tasks_round_robin_by_id() {
 /// seen at any decision.
 fn run_shares(weights: &[u64], warps: &[u64], c_mcu: u64, horizon: u64, toggles: &[(u64, usize)]) -> (u128, Sim) {
     let mut sim = Sim::new(1, cfg(c_mcu));
-    let tasks: Vec<(TaskId, u64)> = weights
-        .iter()
-        .zip(warps)
-        .map(|(&w, &wp)| (sim.add(params(&[("weight", w as i64), ("warp", mcu(wp) as i64)]), true), w))
-        .collect();
+    let tasks: Vec<(TaskId, u64)> =
+        weights.iter().zip(warps).map(|(&w, &wp)| (sim.add(params(&[("weight", w as i64), ("warp", mcu(wp) as i64)]), true), w)).collect();
     let worst = Arc::new(Mutex::new(0u128));
     let (w2, t2) = (worst.clone(), tasks.clone());
     sim.check = Some(Box::new(move |s: &Sim| {

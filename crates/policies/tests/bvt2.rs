@@ -9,12 +9,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender,
-    Shared, TaskId, TaskParams, Wake, MS,
+    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
+    Wake, MS,
 };
 use vassal_policies::bvt2::{self, Bvt2};
 use vassal_policies::{ParamValue, Params};
-
 
 struct Run {
     task: TaskId,
@@ -80,7 +79,12 @@ impl Sim {
         let mut guard = 0u32;
         loop {
             guard += 1;
-            assert!(guard < 10_000, "effects never settle at {} ms: {:?}", self.now / MS, self.switches.iter().rev().take(8).collect::<Vec<_>>());
+            assert!(
+                guard < 10_000,
+                "effects never settle at {} ms: {:?}",
+                self.now / MS,
+                self.switches.iter().rev().take(8).collect::<Vec<_>>()
+            );
             self.d.drain_effects(&mut fx);
             if fx.is_empty() {
                 break;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared,
-    TaskId, TaskParams, Wake, MS,
+    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
+    Wake, MS,
 };
 use vassal_policies::dbs::{Dbs, Reservation};
 use vassal_policies::dbs_admission::{admit, feasible, validate, Demand, MAX_TIME};
@@ -35,16 +35,7 @@ impl H {
         let (policy, dbs) = Shared::new(Dbs::new(10 * MS));
         let d = Dispatcher::new(ncpus, "dbs", Box::new(policy), HierarchyConfig::default());
         let sched = d.default_sched();
-        H {
-            d,
-            dbs,
-            sched,
-            now: 0,
-            events: BTreeMap::new(),
-            running: vec![None; ncpus as usize],
-            log: Vec::new(),
-            cpu: BTreeMap::new(),
-        }
+        H { d, dbs, sched, now: 0, events: BTreeMap::new(), running: vec![None; ncpus as usize], log: Vec::new(), cpu: BTreeMap::new() }
     }
 
     fn add(&mut self, runnable: bool) -> TaskId {
@@ -122,12 +113,7 @@ impl H {
     fn run_until(&mut self, until: Ns) {
         loop {
             let ev = self.events.iter().map(|(&k, &at)| (at, k)).min();
-            let slice = self
-                .running
-                .iter()
-                .enumerate()
-                .filter_map(|(c, r)| r.and_then(|r| r.2).map(|u| (u, c)))
-                .min();
+            let slice = self.running.iter().enumerate().filter_map(|(c, r)| r.and_then(|r| r.2).map(|u| (u, c))).min();
             match (ev, slice) {
                 (Some((at, k)), s) if at <= until && s.is_none_or(|(u, _)| at <= u) => {
                     self.now = at;
@@ -200,12 +186,12 @@ fn validation_refuses_malformed_requests_with_a_reason() {
     let now = 100;
     assert!(validate(now, 100, 10, 200).is_ok());
     let cases: [(Ns, Ns, Ns, &str); 7] = [
-        (150, 10, 120, "not after start"),          // d < s
-        (150, 10, 150, "not after start"),          // d = s
-        (100, 101, 200, "exceeds the window"),      // t > d - s
-        (100, 0, 200, "need of 0"),                 // t = 0
-        (50, 10, 200, "in the past"),               // s < now
-        (100, 10, Ns::MAX, "beyond"),               // an overflowed (saturated) deadline
+        (150, 10, 120, "not after start"),            // d < s
+        (150, 10, 150, "not after start"),            // d = s
+        (100, 101, 200, "exceeds the window"),        // t > d - s
+        (100, 0, 200, "need of 0"),                   // t = 0
+        (50, 10, 200, "in the past"),                 // s < now
+        (100, 10, Ns::MAX, "beyond"),                 // an overflowed (saturated) deadline
         (MAX_TIME + 1, 10, MAX_TIME + 100, "beyond"), // absurd times
     ];
     for (s, t, d, what) in cases {
@@ -472,4 +458,3 @@ proptest! {
         }
     }
 }
-

@@ -131,10 +131,7 @@ fn blocking_raises_the_level_by_the_awaited_event() {
         assert_eq!(level(&p, t), info(&p, t).base);
         s.block(t);
     }
-    assert_eq!(
-        [tin, tout, disk, low, high].map(|t| level(&p, t)),
-        [14, 12, 10, 6, 15]
-    );
+    assert_eq!([tin, tout, disk, low, high].map(|t| level(&p, t)), [14, 12, 10, 6, 15]);
     // A fresh quantum of the new level.
     assert_eq!(info(&p, tin).left, Some(ms(20)));
     // The increment can be set by message before blocking.
@@ -205,10 +202,7 @@ fn real_time_levels_preempt_and_are_not_time_sliced() {
     s.block(r);
     assert_eq!(level(&p, r), 20);
     assert_eq!(s.running_task(0), Some(t));
-    assert_eq!(
-        s.timeline(),
-        vec![(0, a.0, Some(80)), (10, r.0, None), (1000, r2.0, None), (1010, r.0, None), (1020, t.0, Some(20))]
-    );
+    assert_eq!(s.timeline(), vec![(0, a.0, Some(80)), (10, r.0, None), (1000, r2.0, None), (1010, r.0, None), (1020, t.0, Some(20))]);
 }
 
 #[test]
@@ -239,12 +233,13 @@ fn messages_change_the_base_level() {
 #[test]
 fn registry_builds_fb_and_checks_params() {
     use std::collections::BTreeMap;
-    let map = |kv: &[(&str, ParamValue)]| -> BTreeMap<String, ParamValue> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
-    };
+    let map = |kv: &[(&str, ParamValue)]| -> BTreeMap<String, ParamValue> { kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() };
     assert!(vassal_policies::kinds().iter().any(|(k, _)| *k == "fb"));
     assert_eq!(build("fb", &[]).kind(), "fb");
-    build("fb", &[("quantum", dur("20ms")), ("quantum_step", dur("0ms")), ("base", ParamValue::Int(0)), ("wake_boost", ParamValue::Int(6))]);
+    build(
+        "fb",
+        &[("quantum", dur("20ms")), ("quantum_step", dur("0ms")), ("base", ParamValue::Int(0)), ("wake_boost", ParamValue::Int(6))],
+    );
     for (kv, word) in [
         (vec![("quantum", dur("0ms"))], "quantum"),
         (vec![("quantum", ParamValue::Int(5))], "quantum"),

@@ -13,7 +13,6 @@ use vassal_policies::linux22::{self, nice_to_priority, Linux22, Linux22Config, T
 
 const TICK: Ns = 10_000_000;
 
-
 fn setup(ncpus: u16, cfg: Linux22Config) -> (Sim, Arc<Mutex<Linux22>>) {
     let p = Arc::new(Mutex::new(Linux22::new(cfg)));
     (Sim::new(ncpus, Box::new(Shared::of(&p))), p)
@@ -251,11 +250,9 @@ fn many_tasks_pick_in_goodness_order() {
 fn registry_builds_linux22_and_checks_params() {
     let pol = build("linux22", &[("tick", dur("4ms")), ("priority", vassal_policies::ParamValue::Int(10))]);
     assert_eq!(pol.kind(), "linux22");
-    let map: std::collections::BTreeMap<String, vassal_policies::ParamValue> =
-        [("tick".to_string(), dur("0ms"))].into_iter().collect();
+    let map: std::collections::BTreeMap<String, vassal_policies::ParamValue> = [("tick".to_string(), dur("0ms"))].into_iter().collect();
     assert!(vassal_policies::build("linux22", &map).is_err());
-    let map: std::collections::BTreeMap<String, vassal_policies::ParamValue> =
-        [("quantum".to_string(), dur("10ms"))].into_iter().collect();
+    let map: std::collections::BTreeMap<String, vassal_policies::ParamValue> = [("quantum".to_string(), dur("10ms"))].into_iter().collect();
     assert!(vassal_policies::build("linux22", &map).is_err());
     assert!(vassal_policies::kinds().iter().any(|(k, _)| *k == "linux22"));
     let _ = linux22::DEF_PRIORITY;

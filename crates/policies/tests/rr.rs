@@ -4,9 +4,7 @@
 mod common;
 
 use common::*;
-use vassal_core::{
-    AttachInfo, CpuId, CpuSet, Ctx, Decision, Effect, Policy, Preempt, Refusal, Request, SchedId, TaskState,
-};
+use vassal_core::{AttachInfo, CpuId, CpuSet, Ctx, Decision, Effect, Policy, Preempt, Refusal, Request, SchedId, TaskState};
 use vassal_policies::RoundRobin;
 
 fn rr(q_ms: u64) -> Box<dyn Policy> {
@@ -43,10 +41,7 @@ fn rr_resched_keeps_place_and_rest_of_quantum() {
     s.schedule(CpuId(0), Preempt::Resched);
     s.run_until(ms(39));
     assert_eq!(s.tasks(), vec![a, a, b, c, a]);
-    assert_eq!(
-        s.timeline(),
-        vec![(0, 0, Some(10)), (4, 0, Some(6)), (10, 1, Some(10)), (20, 2, Some(10)), (30, 0, Some(10))]
-    );
+    assert_eq!(s.timeline(), vec![(0, 0, Some(10)), (4, 0, Some(6)), (10, 1, Some(10)), (20, 2, Some(10)), (30, 0, Some(10))]);
 }
 
 #[test]
@@ -76,10 +71,7 @@ fn rr_preempted_by_higher_scheduler_resumes_before_others() {
     s.run_until(ms(5));
     s.block(x);
     s.run_until(ms(30));
-    assert_eq!(
-        s.timeline(),
-        vec![(0, 0, Some(10)), (3, 2, Some(10)), (5, 0, Some(7)), (12, 1, Some(10)), (22, 0, Some(10))]
-    );
+    assert_eq!(s.timeline(), vec![(0, 0, Some(10)), (3, 2, Some(10)), (5, 0, Some(7)), (12, 1, Some(10)), (22, 0, Some(10))]);
     assert_eq!(s.tasks()[..3], [a, x, a]);
     assert_eq!(s.tasks()[3], b);
 }
@@ -94,10 +86,7 @@ fn rr_wake_goes_to_tail_and_block_leaves_queue() {
     s.wake(a); // queue [C, A]
     s.run_until(ms(40));
     assert_eq!(s.tasks(), vec![a, b, c, a, b]);
-    assert_eq!(
-        s.timeline(),
-        vec![(0, 0, Some(10)), (5, 1, Some(10)), (15, 2, Some(10)), (25, 0, Some(10)), (35, 1, Some(10))]
-    );
+    assert_eq!(s.timeline(), vec![(0, 0, Some(10)), (5, 1, Some(10)), (15, 2, Some(10)), (25, 0, Some(10)), (35, 1, Some(10))]);
 }
 
 #[test]
@@ -178,7 +167,15 @@ fn rr_attach_running_task_keeps_it_running() {
     s.run_until(ms(50));
     assert_eq!(
         s.timeline(),
-        vec![(0, 0, Some(10)), (10, 1, Some(10)), (14, 1, Some(6)), (20, 2, Some(10)), (30, 0, Some(10)), (40, 1, Some(10)), (50, 2, Some(10))]
+        vec![
+            (0, 0, Some(10)),
+            (10, 1, Some(10)),
+            (14, 1, Some(6)),
+            (20, 2, Some(10)),
+            (30, 0, Some(10)),
+            (40, 1, Some(10)),
+            (50, 2, Some(10))
+        ]
     );
     assert_eq!(s.tasks(), vec![a, x, x, b, a, x, b]);
 }
@@ -265,8 +262,7 @@ fn rr_pick_skips_tasks_not_allowed_and_repairs_stale_state() {
     let mut p = RoundRobin::new(ms(10));
     let params = vassal_core::TaskParams::new();
     for i in 0..3 {
-        let info =
-            AttachInfo { state: TaskState::Runnable, params: &params, affinity: view.affinity[i], parent: None, guest: false };
+        let info = AttachInfo { state: TaskState::Runnable, params: &params, affinity: view.affinity[i], parent: None, guest: false };
         ctx_call(&view, |ctx| p.on_attach(ctx, t(i as u32), &info)).0.unwrap();
     }
     // Task 0 may not run on cpu0; task 1 is blocked as far as the dispatcher knows.

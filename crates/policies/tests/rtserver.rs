@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    AttachInfo, CpuId, CpuSet, Ctx, Effect, Ns, Policy, Reply, Request, SchedId, Sender, TaskId, TaskParams,
-    TaskState, TaskView, MS,
+    AttachInfo, CpuId, CpuSet, Ctx, Effect, Ns, Policy, Reply, Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, MS,
 };
 use vassal_policies::rtserver::admission::{eqs_2_3, f, Broker, Failure, Mode};
 use vassal_policies::rtserver::table::{build_column, Job, Table};
@@ -78,10 +77,7 @@ fn eqs_2_and_3_as_printed() {
         Err(Failure::Eq3 { cpu: 1, task: t(103), lhs: 80 * MS, rhs: 100 * MS as u128 })
     );
     // eq. 2: the shortest period must hold its own e and the longest other e.
-    assert_eq!(
-        eqs_2_3(0, &[job(1, 10, 40, 0), job(2, 40, 160, 1)]),
-        Err(Failure::Eq2 { cpu: 0, lhs: 40 * MS, rhs: 50 * MS as u128 })
-    );
+    assert_eq!(eqs_2_3(0, &[job(1, 10, 40, 0), job(2, 40, 160, 1)]), Err(Failure::Eq2 { cpu: 0, lhs: 40 * MS, rhs: 50 * MS as u128 }));
     // A lone reservation of a whole CPU passes both (max over an empty set is 0).
     assert_eq!(eqs_2_3(0, &[job(1, 50, 50, 0)]), Ok(()));
 }
@@ -183,8 +179,7 @@ impl P {
     fn attach(&mut self, i: u32) {
         self.view.states.insert(t(i), TaskState::Runnable);
         let params = TaskParams::new();
-        let info =
-            AttachInfo { state: TaskState::Runnable, params: &params, affinity: CpuSet::first(2), parent: None, guest: false };
+        let info = AttachInfo { state: TaskState::Runnable, params: &params, affinity: CpuSet::first(2), parent: None, guest: false };
         let mut ctx = Ctx::new(self.now, 2, SchedId(1), &mut self.effects, &mut self.exclusive, &self.view);
         self.s.on_attach(&mut ctx, t(i), &info).unwrap();
     }

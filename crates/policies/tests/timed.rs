@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender,
-    TaskId, TaskParams, TaskState, Usage, MS, US,
+    CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender, TaskId, TaskParams,
+    TaskState, Usage, MS, US,
 };
 use vassal_policies::{ParamValue, RoundRobin};
 
@@ -29,8 +29,7 @@ impl H {
     /// One CPU unless `ncpus` says otherwise; an rr default (10 ms) and `timed` on top.
     fn new(ncpus: u16, params: &[(&str, &str)], spin: Option<bool>) -> H {
         let mut d = Dispatcher::new(ncpus, "default", Box::new(RoundRobin::new(10 * MS)), HierarchyConfig::default());
-        let mut map: BTreeMap<String, ParamValue> =
-            params.iter().map(|(k, v)| (k.to_string(), ParamValue::Str(v.to_string()))).collect();
+        let mut map: BTreeMap<String, ParamValue> = params.iter().map(|(k, v)| (k.to_string(), ParamValue::Str(v.to_string()))).collect();
         if let Some(s) = spin {
             map.insert("spin".into(), ParamValue::Bool(s));
         }

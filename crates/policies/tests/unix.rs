@@ -77,7 +77,7 @@ fn variant_constants_and_formulas() {
     assert_eq!(Variant::V7.decay(255, 60), 255);
     assert_eq!(Variant::S5.decay(60, 0), 36);
     assert_eq!(Variant::S5.decay(59, 0), 35); // 35.4
-    // Kernel-mode priorities are all better than PUSER.
+                                              // Kernel-mode priorities are all better than PUSER.
     for v in [Variant::V6, Variant::V7, Variant::S5] {
         assert!(v.pswp() < v.pribio() && v.pribio() < v.ttipri() && v.ttipri() < v.ttopri() && v.ttopri() < v.puser());
     }
@@ -94,11 +94,7 @@ fn tick_count_and_decay_after_one_second_per_variant() {
     // 103; V7 60·4/5 = 48, pri 48/16 + 50 = 53; S5 60·3/5 = 36, pri 36/2 + 60 = 78.
     // After 2 s (60 more ticks): V6 110 − 10 = 100 → 106; V7 108·4/5 = 86 → 55;
     // S5 96·3/5 = 57 → 88.
-    for (v, one, two) in [
-        (Variant::V6, (50, 103), (100, 106)),
-        (Variant::V7, (48, 53), (86, 55)),
-        (Variant::S5, (36, 78), (57, 88)),
-    ] {
+    for (v, one, two) in [(Variant::V6, (50, 103), (100, 106)), (Variant::V7, (48, 53), (86, 55)), (Variant::S5, (36, 78), (57, 88))] {
         let (mut s, p) = setup(1, UnixConfig::new(v));
         let a = s.add(&[], None, true);
         assert_eq!(ticks_pri(&p, a), (0, v.puser()), "{v:?}");
@@ -303,9 +299,7 @@ fn messages_set_nice_and_wait_pri() {
 #[test]
 fn registry_builds_unix_and_checks_params() {
     use std::collections::BTreeMap;
-    let map = |kv: &[(&str, ParamValue)]| -> BTreeMap<String, ParamValue> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
-    };
+    let map = |kv: &[(&str, ParamValue)]| -> BTreeMap<String, ParamValue> { kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() };
     assert!(vassal_policies::kinds().iter().any(|(k, _)| *k == "unix"));
     assert_eq!(build("unix", &[]).kind(), "unix");
     for v in ["v6", "v7", "s5"] {

@@ -81,9 +81,8 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     let mut ev: Vec<String> = Vec::new();
 
     // Tracks.
-    let meta = |name: &str, pid: u32, tid: u64, args: String| {
-        format!(r#"{{"name":{},"ph":"M","pid":{pid},"tid":{tid},"args":{args}}}"#, js(name))
-    };
+    let meta =
+        |name: &str, pid: u32, tid: u64, args: String| format!(r#"{{"name":{},"ph":"M","pid":{pid},"tid":{tid},"args":{args}}}"#, js(name));
     ev.push(meta("process_name", CPUS_PID, cpu_tid(0), r#"{"name":"CPUs"}"#.into()));
     ev.push(meta("process_sort_index", CPUS_PID, cpu_tid(0), r#"{"sort_index":0}"#.into()));
     for c in 0..sc.machine.cpus {
@@ -97,8 +96,7 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
         ev.push(meta("thread_sort_index", TASKS_PID, task_tid(i), format!(r#"{{"sort_index":{i}}}"#)));
     }
 
-    let scheds: Vec<&str> =
-        sc.schedulers.iter().map(|s| s.name.as_str()).chain(std::iter::once(sc.default_name.as_str())).collect();
+    let scheds: Vec<&str> = sc.schedulers.iter().map(|s| s.name.as_str()).chain(std::iter::once(sc.default_name.as_str())).collect();
     let sched_tid = |k: usize| 10 + k as u64;
     ev.push(meta("process_name", SCHEDS_PID, sched_tid(0), r#"{"name":"Schedulers"}"#.into()));
     ev.push(meta("process_sort_index", SCHEDS_PID, sched_tid(0), r#"{"sort_index":2}"#.into()));
@@ -215,12 +213,7 @@ pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     for line in &report.log {
         let Some((at, text)) = parse_log_line(line) else { continue };
         let cat = if text.starts_with('[') { "policy" } else { "sim" };
-        ev.push(format!(
-            r#"{{"name":{},"cat":"{cat}","ph":"i","s":"g","pid":{CPUS_PID},"tid":{},"ts":{}}}"#,
-            js(text),
-            cpu_tid(0),
-            us(at)
-        ));
+        ev.push(format!(r#"{{"name":{},"cat":"{cat}","ph":"i","s":"g","pid":{CPUS_PID},"tid":{},"ts":{}}}"#, js(text), cpu_tid(0), us(at)));
     }
 
     let mut o = String::with_capacity(ev.iter().map(|e| e.len() + 2).sum::<usize>() + 256);

@@ -24,8 +24,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 use vassal_core::{
-    Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply,
-    Request, SchedId, Sender, TaskId, TaskState, VirtualTime, Wake, SEC,
+    Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender, TaskId,
+    TaskState, VirtualTime, Wake, SEC,
 };
 
 use crate::metrics::Metrics;
@@ -129,11 +129,20 @@ struct Cpu {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Work {
     Plain,
-    Job { release: Ns, deadline: Ns },
+    Job {
+        release: Ns,
+        deadline: Ns,
+    },
     /// A player's frame, to be shown at `ideal`.
-    Frame { ideal: Ns },
-    Burst { start: Ns },
-    Irq { arrival: Ns },
+    Frame {
+        ideal: Ns,
+    },
+    Burst {
+        start: Ns,
+    },
+    Irq {
+        arrival: Ns,
+    },
 }
 
 /// What a task not running or runnable waits for.
@@ -1068,11 +1077,9 @@ impl Sim {
                     let about = s.task.as_ref().and_then(|n| self.task_index.get(n).copied());
                     let req = match s.request {
                         // A script's deadline request is relative to when it is sent.
-                        Request::Deadline { start, need, deadline } => Request::Deadline {
-                            start: now.saturating_add(start),
-                            need,
-                            deadline: now.saturating_add(deadline),
-                        },
+                        Request::Deadline { start, need, deadline } => {
+                            Request::Deadline { start: now.saturating_add(start), need, deadline: now.saturating_add(deadline) }
+                        }
                         ref r => r.clone(),
                     };
                     self.send_about(i, about, &s.to, req);

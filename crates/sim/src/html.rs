@@ -59,7 +59,11 @@ pub fn num(v: f64) -> String {
     }
     let s = format!("{v:.5}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.to_string() }
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 /// The figures of one simulated run (see the module documentation).
@@ -88,7 +92,11 @@ pub fn run_figures(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     }
     let shares: Vec<(String, f64, &'static str)> =
         report.tasks.iter().enumerate().map(|(i, t)| (t.name.clone(), t.share * 100.0, colour(i))).collect();
-    fig(&mut o, svg::bars("Share of the CPU time given to tasks", "%", &shares, &|v| format!("{v:.2}%")), "Per task: CPU time over all tasks' CPU time.");
+    fig(
+        &mut o,
+        svg::bars("Share of the CPU time given to tasks", "%", &shares, &|v| format!("{v:.2}%")),
+        "Per task: CPU time over all tasks' CPU time.",
+    );
     let lat: Vec<Range> = report
         .tasks
         .iter()
@@ -104,7 +112,11 @@ pub fn run_figures(sc: &Scenario, report: &Report, trace: &Trace) -> String {
             count: t.latency.count,
         })
         .collect();
-    fig(&mut o, svg::ranges("Dispatch latency (runnable → running)", &lat), "Per task, over every time it became runnable (woken or preempted) until it ran; percentiles to 1%.");
+    fig(
+        &mut o,
+        svg::ranges("Dispatch latency (runnable → running)", &lat),
+        "Per task, over every time it became runnable (woken or preempted) until it ran; percentiles to 1%.",
+    );
     if report.tasks.iter().any(|t| t.response.count > 0) {
         let resp: Vec<Range> = report
             .tasks
@@ -212,9 +224,19 @@ pub fn sim_page(sc: &Scenario, report: &Report, trace: &Trace) -> String {
         report.totals.switches,
         report.totals.migrations
     );
-    b.push_str("<table><tr><th>scheduler (top-down)</th><th>kind</th><th>usage</th><th class=num>decided</th><th class=num>refused</th></tr>\n");
+    b.push_str(
+        "<table><tr><th>scheduler (top-down)</th><th>kind</th><th>usage</th><th class=num>decided</th><th class=num>refused</th></tr>\n",
+    );
     for s in &report.schedulers {
-        let _ = writeln!(b, "<tr><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td></tr>", esc(&s.name), esc(&s.kind), esc(&s.usage), s.decided, s.refused);
+        let _ = writeln!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td></tr>",
+            esc(&s.name),
+            esc(&s.kind),
+            esc(&s.usage),
+            s.decided,
+            s.refused
+        );
     }
     b.push_str("</table>\n");
     b.push_str(&run_figures(sc, report, trace));
@@ -336,7 +358,12 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
                 b.push_str("</details>\n");
             }
             if let Some(run) = &r.run {
-                let _ = writeln!(b, "<details open><summary>figures of this run (seed {}, {} simulated)</summary>", run.report.seed, fmt_ms(run.report.elapsed_ns as f64));
+                let _ = writeln!(
+                    b,
+                    "<details open><summary>figures of this run (seed {}, {} simulated)</summary>",
+                    run.report.seed,
+                    fmt_ms(run.report.elapsed_ns as f64)
+                );
                 b.push_str(&run_figures(&run.scenario, &run.report, &run.trace));
                 b.push_str("</details>\n");
             }

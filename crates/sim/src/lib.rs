@@ -3,8 +3,8 @@
 
 pub mod chrome_trace;
 pub mod engine;
-pub mod memory;
 pub mod html;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod modules;

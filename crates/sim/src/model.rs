@@ -92,7 +92,10 @@ pub enum Phase {
     Join(String),
     Leave,
     /// Go!'s block(hand_off): sleep for the duration and hand the CPU to the named task.
-    HandOff { to: String, sleep: Dist },
+    HandOff {
+        to: String,
+        sleep: Dist,
+    },
     /// A long wait (paper 004 §2: "blocked for a long I/O operation (for example, writing
     /// to an interactive terminal) is said to be waiting"), voluntary, of this length.
     /// Every other block is a short one ("sleeping") to the swap scheduler.
@@ -110,7 +113,11 @@ pub enum Phase {
     /// until then. If that is already past it does not sleep; in `relative` mode the
     /// timer then restarts from now, in absolute mode it keeps its schedule (and later
     /// expiries may be past too). Quantised to ticks under the tick clock.
-    RtTimer { period: Ns, relative: bool, timer: usize },
+    RtTimer {
+        period: Ns,
+        relative: bool,
+        timer: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

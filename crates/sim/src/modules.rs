@@ -61,7 +61,8 @@ fn module_params(params: &BTreeMap<String, ParamValue>) -> BTreeMap<String, Modu
 /// CPUs, of either form; its label is its file's name.
 pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<Opened, String> {
     let path = module_path(spec).ok_or_else(|| format!("'{}' is not a module", spec.kind))?;
-    vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default()).map_err(|e| format!("module {}: {e}", path.display()))
+    vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default())
+        .map_err(|e| format!("module {}: {e}", path.display()))
 }
 
 /// Loads the module once to check it and read its declared usage (scenario parsing).

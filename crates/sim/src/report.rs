@@ -137,7 +137,19 @@ impl Report {
         let _ = writeln!(
             o,
             "\n{:<16} {:<10} {:>11} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>7}",
-            "task", "sched", "cpu ms", "share", "lat p50", "lat p99", "lat max", "resp p50", "resp p99", "met", "missed", "switches", "migr"
+            "task",
+            "sched",
+            "cpu ms",
+            "share",
+            "lat p50",
+            "lat p99",
+            "lat max",
+            "resp p50",
+            "resp p99",
+            "met",
+            "missed",
+            "switches",
+            "migr"
         );
         for t in &self.tasks {
             let _ = writeln!(
@@ -161,7 +173,15 @@ impl Report {
         let _ = writeln!(o, "(latency = runnable → running; times in ms)\n");
         let _ = writeln!(o, "{:<6} {:>12} {:>12} {:>12} {:>8}", "cpu", "busy ms", "overhead ms", "idle ms", "util");
         for c in &self.cpus {
-            let _ = writeln!(o, "cpu{:<3} {:>12} {:>12} {:>12} {:>7.2}%", c.cpu, ms(c.busy_ns), ms(c.overhead_ns), ms(c.idle_ns), c.utilisation * 100.0);
+            let _ = writeln!(
+                o,
+                "cpu{:<3} {:>12} {:>12} {:>12} {:>7.2}%",
+                c.cpu,
+                ms(c.busy_ns),
+                ms(c.overhead_ns),
+                ms(c.idle_ns),
+                c.utilisation * 100.0
+            );
         }
         let t = &self.totals;
         let _ = writeln!(

@@ -77,8 +77,7 @@ fn read_experiment(path: &Path) -> Result<(String, toml::Table, Vec<Expect>), St
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let only: toml::Table = table.get("expect").map(|e| [("expect".to_string(), e.clone())].into_iter().collect()).unwrap_or_default();
-    let parsed: ExpectsOnly =
-        only.try_into().map_err(|e: toml::de::Error| format!("{}: [[expect]]: {e}", path.display()))?;
+    let parsed: ExpectsOnly = only.try_into().map_err(|e: toml::de::Error| format!("{}: [[expect]]: {e}", path.display()))?;
     if parsed.expect.is_empty() {
         return Err(format!("{}: an experiment needs at least one [[expect]] row", path.display()));
     }
@@ -114,7 +113,11 @@ fn task_field(t: &TaskReport, field: &str) -> Result<f64, String> {
         "jobs_missed" => t.jobs_missed as f64,
         "miss_ratio" => {
             let n = t.jobs_met + t.jobs_missed;
-            if n == 0 { 0.0 } else { t.jobs_missed as f64 / n as f64 }
+            if n == 0 {
+                0.0
+            } else {
+                t.jobs_missed as f64 / n as f64
+            }
         }
         "lateness_max_ms" => ms(t.lateness.max_ns),
         "switches" => t.switches as f64,
@@ -410,17 +413,20 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
     let description = leading_comment(&text);
     if let Some(computed) = table.get("computed") {
         let input = computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
-        let kind = input
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .ok_or_else(|| format!("{}: [computed] needs kind = \"...\"", path.display()))?;
+        let kind =
+            input.get("kind").and_then(|k| k.as_str()).ok_or_else(|| format!("{}: [computed] needs kind = \"...\"", path.display()))?;
         let values = computed_metrics(kind, input).map_err(|e| format!("{}: {e}", path.display()))?;
         let rows = expects
             .iter()
             .map(|e| {
                 values.get(&e.metric).map(|&v| e.judge(v)).ok_or_else(|| {
-                    format!("{}: expect '{}': {kind} computes no '{}' (it has: {})", path.display(), e.id, e.metric,
-                        values.keys().cloned().collect::<Vec<_>>().join(", "))
+                    format!(
+                        "{}: expect '{}': {kind} computes no '{}' (it has: {})",
+                        path.display(),
+                        e.id,
+                        e.metric,
+                        values.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -439,15 +445,18 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
     let rows = expects
         .iter()
         .map(|e| {
-            let v = if e.metric.starts_with("trace.") {
-                trace_metric(&scenario, &trace, &e.metric)
-            } else {
-                metric(&report, &e.metric)
-            };
+            let v = if e.metric.starts_with("trace.") { trace_metric(&scenario, &trace, &e.metric) } else { metric(&report, &e.metric) };
             v.map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: Some(SimRun { scenario, report, trace }), plots: Vec::new() })
+    Ok(ExperimentRun {
+        path: path.to_path_buf(),
+        description,
+        expects,
+        rows,
+        run: Some(SimRun { scenario, report, trace }),
+        plots: Vec::new(),
+    })
 }
 
 /// Every experiment file under `dir`, sorted, whose group (first directory), file stem

@@ -134,8 +134,8 @@ pub struct Options {
 /// CFS's nice-to-weight table (Linux kernel/sched/core.c, `sched_prio_to_weight`):
 /// nice -20 .. 19.
 const PRIO_TO_WEIGHT: [i64; 40] = [
-    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991,
-    1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277, 1024,
+    820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
 ];
 /// CFS's weight of a SCHED_IDLE task (WEIGHT_IDLEPRIO).
 const IDLE_WEIGHT: i64 = 3;
@@ -229,7 +229,9 @@ fn class(path: &str, v: &Json) -> Result<Class, String> {
             "SCHED_FIFO" => Ok(Class::Fifo),
             "SCHED_RR" => Ok(Class::Rr),
             "SCHED_DEADLINE" => Ok(Class::Deadline),
-            other => Err(at(path, format!("unknown policy `{other}`; expected SCHED_OTHER, SCHED_IDLE, SCHED_RR, SCHED_FIFO or SCHED_DEADLINE"))),
+            other => {
+                Err(at(path, format!("unknown policy `{other}`; expected SCHED_OTHER, SCHED_IDLE, SCHED_RR, SCHED_FIFO or SCHED_DEADLINE")))
+            }
         },
         other => Err(at(path, format!("expected a policy name string, found {}", other.kind()))),
     }
@@ -253,7 +255,13 @@ struct Thread {
 
 /// Reads a phase's (or a one-phase thread's) events in order into `out`; scheduling and
 /// affinity keys are handled by the caller and skipped here.
-fn read_events(path: &str, obj: &[(String, Json)], skip: &[&str], out: &mut Vec<Phase>, timers: &mut Vec<(String, String)>) -> Result<(), String> {
+fn read_events(
+    path: &str,
+    obj: &[(String, Json)],
+    skip: &[&str],
+    out: &mut Vec<Phase>,
+    timers: &mut Vec<(String, String)>,
+) -> Result<(), String> {
     for (key, v) in obj {
         if skip.contains(&key.as_str()) {
             continue;
@@ -329,7 +337,10 @@ fn loops(path: &str, v: &Json) -> Result<Option<u64>, String> {
 fn repeat(events: &[Phase], times: u64, path: &str) -> Result<Vec<Phase>, String> {
     let total = (events.len() as u128) * times as u128;
     if total > MAX_EVENTS as u128 {
-        return Err(at(path, format!("the loops unroll to {total} events, more than {MAX_EVENTS}; use a thread loop of -1 and a shorter horizon")));
+        return Err(at(
+            path,
+            format!("the loops unroll to {total} events, more than {MAX_EVENTS}; use a thread loop of -1 and a shorter horizon"),
+        ));
     }
     let mut out = Vec::with_capacity(total as usize);
     for _ in 0..times {
@@ -411,7 +422,10 @@ fn read_thread(name: &str, v: &Json, default_class: Class) -> Result<Thread, Str
                     let why = if event_type(k) == "run" || ["runtime", "sleep", "timer", "yield"].contains(&event_type(k)) {
                         "events go inside the phases when a thread has phases"
                     } else {
-                        UNSUPPORTED.iter().find(|(u, _)| *u == k.as_str()).map_or("not an rt-app thread key the simulator knows", |(_, w)| w)
+                        UNSUPPORTED
+                            .iter()
+                            .find(|(u, _)| *u == k.as_str())
+                            .map_or("not an rt-app thread key the simulator knows", |(_, w)| w)
                     };
                     return Err(unsupported(&path, k, why));
                 }
@@ -443,7 +457,13 @@ fn read_thread(name: &str, v: &Json, default_class: Class) -> Result<Thread, Str
                         t.loops = None;
                     }
                     None => {
-                        return Err(at(&format!("{pp}.loop"), format!("a phase looping forever (-1) is supported only when it is the thread's only phase (this is phase {} of {n})", idx + 1)))
+                        return Err(at(
+                            &format!("{pp}.loop"),
+                            format!(
+                            "a phase looping forever (-1) is supported only when it is the thread's only phase (this is phase {} of {n})",
+                            idx + 1
+                        ),
+                        ))
                     }
                 }
             }
@@ -458,7 +478,15 @@ fn read_thread(name: &str, v: &Json, default_class: Class) -> Result<Thread, Str
         let period = dl.get("dl-period").copied().unwrap_or(runtime);
         let deadline = dl.get("dl-deadline").copied().unwrap_or(period);
         if !(runtime > 0 && runtime <= deadline && deadline <= period) {
-            return Err(at(&path, format!("dl-runtime {} µs, dl-deadline {} µs, dl-period {} µs: Linux requires 0 < runtime <= deadline <= period", runtime / US, deadline / US, period / US)));
+            return Err(at(
+                &path,
+                format!(
+                    "dl-runtime {} µs, dl-deadline {} µs, dl-period {} µs: Linux requires 0 < runtime <= deadline <= period",
+                    runtime / US,
+                    deadline / US,
+                    period / US
+                ),
+            ));
         }
         if t.class != Class::Deadline {
             return Err(at(&path, "dl-runtime, dl-period and dl-deadline apply only to SCHED_DEADLINE"));
@@ -510,10 +538,15 @@ pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, S
                 }
             }
             "tasks" => tasks_obj = Some(v),
-            "resources" => match v {
-                Json::Obj(r) if r.is_empty() => {}
-                _ => return Err("resources: rt-app key `resources` is not supported (mutexes, condition variables and barriers are not modelled)".into()),
-            },
+            "resources" => {
+                match v {
+                    Json::Obj(r) if r.is_empty() => {}
+                    _ => return Err(
+                        "resources: rt-app key `resources` is not supported (mutexes, condition variables and barriers are not modelled)"
+                            .into(),
+                    ),
+                }
+            }
             other => return Err(format!("{other}: rt-app key `{other}` is not supported (expected global, tasks)")),
         }
     }
@@ -544,7 +577,8 @@ pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, S
     let kind = opts.policy.clone().unwrap_or_else(|| "bvt".to_string());
     vassal_policies::build(&kind, &BTreeMap::new()).map_err(|e| format!("--policy: {e}"))?;
     let weighted = kind == "bvt" || kind == "bvt2";
-    let rt: Vec<Class> = threads.iter().filter(|t| t.instances > 0).map(|t| t.class).filter(|c| matches!(c, Class::Fifo | Class::Rr)).collect();
+    let rt: Vec<Class> =
+        threads.iter().filter(|t| t.instances > 0).map(|t| t.class).filter(|c| matches!(c, Class::Fifo | Class::Rr)).collect();
     if rt.contains(&Class::Fifo) && rt.contains(&Class::Rr) {
         return Err("tasks: mixing SCHED_FIFO and SCHED_RR threads is not supported (one fixed-priority scheduler serves them, with or without a time slice)".into());
     }
@@ -555,7 +589,9 @@ pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, S
     }
     let until = match (opts.until, duration) {
         (Some(u), _) | (None, Some(u)) => u,
-        (None, None) => return Err("global.duration is -1 or absent (run until every thread ends): give the simulated horizon with --until".into()),
+        (None, None) => {
+            return Err("global.duration is -1 or absent (run until every thread ends): give the simulated horizon with --until".into())
+        }
     };
 
     let mut out = Vec::new();
@@ -585,7 +621,10 @@ pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, S
                 } else {
                     let nice = t.priority.unwrap_or(0);
                     if !(-20..=19).contains(&nice) {
-                        return Err(at(&format!("{path}.priority"), format!("a SCHED_OTHER priority is a nice value -20..19, found {nice}")));
+                        return Err(at(
+                            &format!("{path}.priority"),
+                            format!("a SCHED_OTHER priority is a nice value -20..19, found {nice}"),
+                        ));
                     }
                     PRIO_TO_WEIGHT[(nice + 20) as usize]
                 };

@@ -138,7 +138,9 @@ pub fn table_metrics(t: &toml::Table) -> Result<BTreeMap<String, f64>, String> {
                 m.insert(format!("cpu.{}", r.pid), -1.0);
                 for (c, f) in fails.iter().enumerate() {
                     let cpu = match f {
-                        Failure::Eq2 { cpu, .. } | Failure::Eq3 { cpu, .. } | Failure::Table { cpu, .. } | Failure::Affinity { cpu } => *cpu as usize,
+                        Failure::Eq2 { cpu, .. } | Failure::Eq3 { cpu, .. } | Failure::Table { cpu, .. } | Failure::Affinity { cpu } => {
+                            *cpu as usize
+                        }
                         Failure::Eq1 { .. } => c,
                     };
                     m.insert(format!("refused_eq.{}.{cpu}", r.pid), f.code() as f64);
@@ -190,7 +192,10 @@ pub fn admission_metrics(t: &toml::Table) -> Result<BTreeMap<String, f64>, Strin
             submit(&mut b, &r).map_err(|f| format!("case '{name}': existing pid {} is refused: {f:?}", r.pid))?;
         }
         let mut one = toml::Table::new();
-        one.insert("request".into(), toml::Value::Array(vec![c.get("request").cloned().ok_or_else(|| format!("case '{name}' needs a request"))?]));
+        one.insert(
+            "request".into(),
+            toml::Value::Array(vec![c.get("request").cloned().ok_or_else(|| format!("case '{name}' needs a request"))?]),
+        );
         let req = requests(&one, "request")?.pop().unwrap();
         let before: Vec<_> = b.reservations().copied().collect();
         match submit(&mut b, &req) {

@@ -27,8 +27,7 @@ use vassal_policies::ParamValue;
 
 use crate::memory::Placement;
 use crate::model::{
-    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec,
-    TaskSpec, Unscheduled,
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec, Unscheduled,
 };
 use crate::swap::{MemoryConfig, SwapIn, SwapOut};
 
@@ -125,8 +124,7 @@ impl Source<'_> {
             .replace("missing field", "missing required key")
             .replace("unknown variant", "unknown usage");
         // toml_edit's own wording for unknown keys in an enum's table: match serde's.
-        let msg = match msg.strip_prefix("unexpected keys in table: ").and_then(|r| r.split_once(", available keys: "))
-        {
+        let msg = match msg.strip_prefix("unexpected keys in table: ").and_then(|r| r.split_once(", available keys: ")) {
             Some((keys, avail)) => {
                 let quote = |l: &str| l.split(", ").map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
                 format!("unknown key {}, expected one of {}", quote(keys), quote(avail))
@@ -140,8 +138,7 @@ impl Source<'_> {
     }
 }
 
-const USAGE_EXPECTED: &str =
-    "expected usage = { hard_time = { cpus = [0], util = 0.3 } }, { reserved = 0.5 } or \"best_effort\"";
+const USAGE_EXPECTED: &str = "expected usage = { hard_time = { cpus = [0], util = 0.3 } }, { reserved = 0.5 } or \"best_effort\"";
 
 /// Rewordings of serde and toml messages (the only enum left to serde is the usage).
 const WORDING: &[(&str, &str)] = &[
@@ -176,10 +173,7 @@ const WORDING: &[(&str, &str)] = &[
 const DURATION_EXPECTED: &str = "a duration string with a unit (ns, us, ms, s), e.g. \"10ms\"";
 
 fn unitless<E: de::Error>(v: impl fmt::Display) -> E {
-    E::custom(format!(
-        "duration {v} has no unit; a unit is needed, e.g. \"{}ms\" (units: ns, us, ms, s)",
-        v.to_string().trim_matches('"')
-    ))
+    E::custom(format!("duration {v} has no unit; a unit is needed, e.g. \"{}ms\" (units: ns, us, ms, s)", v.to_string().trim_matches('"')))
 }
 
 /// Parses a duration string; a missing unit gets the same message as a bare number.
@@ -301,8 +295,7 @@ impl<'de> Deserialize<'de> for Pair {
                 f.write_str("an array of two durations, e.g. [\"5us\", \"50us\"]")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Pair, A::Error> {
-                let wrong =
-                    || de::Error::custom("expected an array of exactly two durations, e.g. [\"5us\", \"50us\"]");
+                let wrong = || de::Error::custom("expected an array of exactly two durations, e.g. [\"5us\", \"50us\"]");
                 let a = seq.next_element::<Dur>()?.ok_or_else(wrong)?;
                 let b = seq.next_element::<Dur>()?.ok_or_else(wrong)?;
                 if seq.next_element::<de::IgnoredAny>()?.is_some() {
@@ -355,9 +348,7 @@ impl<'de> Deserialize<'de> for Param {
         impl<'de> Visitor<'de> for V {
             type Value = Param;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "a policy parameter: an integer, a number, a string (e.g. a duration \"10ms\") or a boolean",
-                )
+                f.write_str("a policy parameter: an integer, a number, a string (e.g. a duration \"10ms\") or a boolean")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Param, E> {
                 Ok(Param(ParamValue::Int(v)))
@@ -399,9 +390,7 @@ impl<'de> Deserialize<'de> for TaskParam {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TaskParam, E> {
                 let ns = dur_str(v)?;
-                i64::try_from(ns)
-                    .map(TaskParam)
-                    .map_err(|_| E::custom(format!("duration \"{v}\" is too large for a task parameter")))
+                i64::try_from(ns).map(TaskParam).map_err(|_| E::custom(format!("duration \"{v}\" is too large for a task parameter")))
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<TaskParam, E> {
                 Ok(TaskParam(v as i64))
@@ -675,11 +664,7 @@ struct Names {
 
 impl Names {
     fn scheduler_list(&self) -> String {
-        std::iter::once(&self.default)
-            .chain(self.schedulers.iter())
-            .map(|n| format!("'{n}'"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        std::iter::once(&self.default).chain(self.schedulers.iter()).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -723,9 +708,7 @@ impl Builder<'_> {
             None => {
                 let params = BTreeMap::new();
                 if let Err(e) = vassal_policies::build(DEFAULT_POLICY, &params) {
-                    return Err(
-                        self.err(0..0, format!("the default policy '{DEFAULT_POLICY}' (no [default] table): {e}"))
-                    );
+                    return Err(self.err(0..0, format!("the default policy '{DEFAULT_POLICY}' (no [default] table): {e}")));
                 }
                 (DEFAULT_SCHEDULER_NAME.to_string(), PolicySpec { kind: DEFAULT_POLICY.to_string(), params })
             }
@@ -749,14 +732,10 @@ impl Builder<'_> {
         for s in &raw.scheduler {
             let name = self.check_name(&s.name, "scheduler")?;
             if name == default_name {
-                return Err(
-                    self.err(s.name.span(), format!("scheduler name '{name}' is already the default scheduler's name"))
-                );
+                return Err(self.err(s.name.span(), format!("scheduler name '{name}' is already the default scheduler's name")));
             }
             if let Some(line) = sched_lines.get(&name) {
-                return Err(
-                    self.err(s.name.span(), format!("duplicate scheduler name '{name}' (also defined at line {line})"))
-                );
+                return Err(self.err(s.name.span(), format!("duplicate scheduler name '{name}' (also defined at line {line})")));
             }
             sched_lines.insert(name.clone(), self.src.line_of(&s.name.span()));
             let (policy, usage) = match (&s.policy, &s.module) {
@@ -771,9 +750,7 @@ impl Builder<'_> {
                 (Some(p), Some(_)) => {
                     return Err(self.err(p.span(), format!("scheduler '{name}' has both a policy and a module; give one")))
                 }
-                (None, None) => {
-                    return Err(self.err(self.table_header(&s.name), "missing required key `policy` (or `module`)"))
-                }
+                (None, None) => return Err(self.err(self.table_header(&s.name), "missing required key `policy` (or `module`)")),
             };
             let load_at = s.load_at.map_or(0, |d| d.0);
             let unload_at = match &s.unload_at {
@@ -815,9 +792,7 @@ impl Builder<'_> {
             }
             for n in &names {
                 if let Some(line) = task_lines.get(n) {
-                    return Err(
-                        self.err(t.name.span(), format!("duplicate task name '{n}' (also defined at line {line})"))
-                    );
+                    return Err(self.err(t.name.span(), format!("duplicate task name '{n}' (also defined at line {line})")));
                 }
                 task_lines.insert(n.clone(), self.src.line_of(&t.name.span()));
             }
@@ -869,24 +844,18 @@ impl Builder<'_> {
                 None => CpuSet::first(ncpus),
                 Some(a) => self.cpu_list(a, ncpus, "affinity")?,
             };
-            let params: TaskParams =
-                t.params.as_ref().map(|p| p.iter().map(|(k, v)| (k.clone(), v.0)).collect()).unwrap_or_default();
+            let params: TaskParams = t.params.as_ref().map(|p| p.iter().map(|(k, v)| (k.clone(), v.0)).collect()).unwrap_or_default();
             for tn in task_names {
                 let behaviour = self.behaviour(&t.behaviour, tn, &names)?;
                 if let Behaviour::Handler { vector, .. } = &behaviour {
                     let span = t.behaviour.get_ref().vector.as_ref().map_or(t.behaviour.span(), |v| v.span());
                     if let Some(other) = handlers.get(vector) {
-                        return Err(self.err(
-                            span,
-                            format!("vector {vector} already has handler task '{other}'; one handler per vector"),
-                        ));
+                        return Err(self.err(span, format!("vector {vector} already has handler task '{other}'; one handler per vector")));
                     }
                     if !vectors.contains(vector) {
                         return Err(self.err(
                             span,
-                            format!(
-                                "handler task '{tn}' waits on vector {vector}, but no [[interrupt]] has vector = {vector}"
-                            ),
+                            format!("handler task '{tn}' waits on vector {vector}, but no [[interrupt]] has vector = {vector}"),
                         ));
                     }
                     handlers.insert(*vector, tn.clone());
@@ -959,18 +928,11 @@ impl Builder<'_> {
                 )),
             }
         };
-        let placement = Placement::parse(&choice(&mr.placement, "placement", &["first_fit", "best_fit"])?)
-            .unwrap_or(Placement::FirstFit);
-        let swap_in = if choice(&mr.swap_in, "swap_in", &["standard", "priority"])? == "priority" {
-            SwapIn::Priority
-        } else {
-            SwapIn::Standard
-        };
-        let swap_out = if choice(&mr.swap_out, "swap_out", &["standard", "mouse"])? == "mouse" {
-            SwapOut::Mouse
-        } else {
-            SwapOut::Standard
-        };
+        let placement = Placement::parse(&choice(&mr.placement, "placement", &["first_fit", "best_fit"])?).unwrap_or(Placement::FirstFit);
+        let swap_in =
+            if choice(&mr.swap_in, "swap_in", &["standard", "priority"])? == "priority" { SwapIn::Priority } else { SwapIn::Standard };
+        let swap_out =
+            if choice(&mr.swap_out, "swap_out", &["standard", "mouse"])? == "mouse" { SwapOut::Mouse } else { SwapOut::Standard };
         let config = MemoryConfig {
             size_kb,
             placement,
@@ -996,10 +958,9 @@ impl Builder<'_> {
                 return Err(self.err(sv.span(), "size_kb list is empty; expected one or more sizes in KB"));
             }
             if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 > size_kb) {
-                return Err(self.err(
-                    sv.span(),
-                    format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB)"),
-                ));
+                return Err(
+                    self.err(sv.span(), format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB)"))
+                );
             }
             sizes.extend((0..copies).map(|k| list[k % list.len()] as u64));
         }
@@ -1033,10 +994,7 @@ impl Builder<'_> {
             Some(f) => {
                 let v = f.get_ref().0;
                 if !(0.0..=1.0).contains(&v) {
-                    return Err(self.err(
-                        f.span(),
-                        format!("min_best_effort is a fraction of the machine between 0 and 1, found {v}"),
-                    ));
+                    return Err(self.err(f.span(), format!("min_best_effort is a fraction of the machine between 0 and 1, found {v}")));
                 }
                 match ppm_of(v * cpus as f64) {
                     Some(p) => Some(p),
@@ -1067,9 +1025,8 @@ impl Builder<'_> {
 
     /// Builds the policy once to validate its kind and parameters.
     fn policy(&self, kind: String, kind_span: Range<usize>, params: Option<&Spanned<ParamMap>>) -> R<PolicySpec> {
-        let map: BTreeMap<String, ParamValue> = params
-            .map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect())
-            .unwrap_or_default();
+        let map: BTreeMap<String, ParamValue> =
+            params.map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect()).unwrap_or_default();
         if let Err(e) = vassal_policies::build(&kind, &map) {
             // Is the kind itself refused, or only these parameters?
             let span = match params {
@@ -1098,11 +1055,8 @@ impl Builder<'_> {
         if let Some(u) = &s.usage {
             return Err(self.err(u.span(), format!("scheduler '{name}': a module declares its own usage; remove `usage`")));
         }
-        let map: BTreeMap<String, ParamValue> = s
-            .params
-            .as_ref()
-            .map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect())
-            .unwrap_or_default();
+        let map: BTreeMap<String, ParamValue> =
+            s.params.as_ref().map(|p| p.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().0.clone())).collect()).unwrap_or_default();
         let path = crate::modules::resolve(self.src.file, m.get_ref());
         let spec = crate::modules::module_spec(&path, map);
         let usage = crate::modules::probe(&spec, ncpus).map_err(|e| self.err(m.span(), e))?;
@@ -1117,13 +1071,8 @@ impl Builder<'_> {
         for c in list.get_ref() {
             let n = *c.get_ref();
             if n < 0 || n >= ncpus as i64 {
-                return Err(self.err(
-                    c.span(),
-                    format!(
-                        "{what} CPU {n} is out of range; the machine has {ncpus} CPU(s), numbered 0..={}",
-                        ncpus - 1
-                    ),
-                ));
+                return Err(self
+                    .err(c.span(), format!("{what} CPU {n} is out of range; the machine has {ncpus} CPU(s), numbered 0..={}", ncpus - 1)));
             }
             let cpu = CpuId(n as u16);
             if set.contains(cpu) {
@@ -1140,28 +1089,19 @@ impl Builder<'_> {
             RawUsage::Reserved(f) => {
                 let v = f.get_ref().0;
                 if !(v > 0.0 && v <= ncpus as f64) {
-                    return Err(self.err(
-                        f.span(),
-                        format!(
-                            "reserved is a share in CPUs, greater than 0 and at most the {ncpus} CPU(s), found {v}"
-                        ),
-                    ));
+                    return Err(self
+                        .err(f.span(), format!("reserved is a share in CPUs, greater than 0 and at most the {ncpus} CPU(s), found {v}")));
                 }
-                let cpu_ppm =
-                    ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(f.span(), "reserved share is too small"))?;
+                let cpu_ppm = ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(f.span(), "reserved share is too small"))?;
                 Usage::Reserved { cpu_ppm }
             }
             RawUsage::HardTime { cpus, util } => {
                 let set = self.cpu_list(cpus, ncpus, "hard_time")?;
                 let v = util.get_ref().0;
                 if !(v > 0.0 && v <= 1.0) {
-                    return Err(self.err(
-                        util.span(),
-                        format!("util is the fraction of each CPU, greater than 0 and at most 1, found {v}"),
-                    ));
+                    return Err(self.err(util.span(), format!("util is the fraction of each CPU, greater than 0 and at most 1, found {v}")));
                 }
-                let util_ppm =
-                    ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(util.span(), "util is too small"))?;
+                let util_ppm = ppm_of(v).filter(|&p| p > 0).ok_or_else(|| self.err(util.span(), "util is too small"))?;
                 Usage::HardTime { cpus: set, util_ppm }
             }
         })
@@ -1179,12 +1119,14 @@ impl Builder<'_> {
             "handler" => &["vector", "work"],
             "script" => &["phases", "repeat"],
             "randres" => &["mcu", "gap", "need", "fussiness", "error", "error_mean", "reserve"],
-            other => return Err(self.err(
-                raw.kind.span(),
-                format!(
+            other => {
+                return Err(self.err(
+                    raw.kind.span(),
+                    format!(
                     "unknown behaviour kind '{other}'; expected one of cpu, periodic, player, interactive, io, handler, script, randres"
                 ),
-            )),
+                ))
+            }
         };
         let present: [(&str, Option<Range<usize>>); 22] = [
             ("mcu", raw.mcu.as_ref().map(Spanned::span)),
@@ -1224,8 +1166,7 @@ impl Builder<'_> {
             }
         }
         let need = |key: &str| self.err(raw.kind.span(), format!("behaviour kind '{kind}' needs key `{key}`"));
-        let dist =
-            |v: &Option<Spanned<DistV>>, key: &str| v.as_ref().map(|d| d.get_ref().0.clone()).ok_or_else(|| need(key));
+        let dist = |v: &Option<Spanned<DistV>>, key: &str| v.as_ref().map(|d| d.get_ref().0.clone()).ok_or_else(|| need(key));
         Ok(match kind {
             "cpu" => {
                 let work = match &raw.work {
@@ -1273,18 +1214,15 @@ impl Builder<'_> {
                     late_after: raw.late_after.as_ref().ok_or_else(|| need("late_after"))?.get_ref().0,
                 }
             }
-            "interactive" => {
-                Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? }
-            }
+            "interactive" => Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? },
             "io" => Behaviour::Io {
                 run: dist(&raw.run, "run")?,
                 sleep: dist(&raw.sleep, "sleep")?,
                 voluntary: raw.voluntary.as_ref().map(|v| *v.get_ref()).unwrap_or(true),
             },
-            "handler" => Behaviour::Handler {
-                vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(),
-                work: dist(&raw.work, "work")?,
-            },
+            "handler" => {
+                Behaviour::Handler { vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(), work: dist(&raw.work, "work")? }
+            }
             "randres" => Behaviour::Randres(self.randres(raw, names)?),
             _ => {
                 // "script"
@@ -1316,16 +1254,15 @@ impl Builder<'_> {
             let span = raw.mcu.as_ref().map_or(raw.kind.span(), |m| m.span());
             return Err(self.err(span, "mcu must be greater than 0"));
         }
-        let range = |v: &Option<Spanned<Vec<u64>>>, key: &str, default: (u64, u64)| -> R<(u64, u64)> {
-            let Some(v) = v else { return Ok(default) };
-            match v.get_ref().as_slice() {
-                &[lo, hi] if lo <= hi && hi > 0 && hi.checked_mul(mcu).is_some_and(|n| n <= 1 << 50) => Ok((lo, hi)),
-                _ => Err(self.err(
-                    v.span(),
-                    format!("{key} must be two whole numbers of mcu [lo, hi] with lo <= hi, hi > 0 (e.g. [26, 34])"),
-                )),
-            }
-        };
+        let range =
+            |v: &Option<Spanned<Vec<u64>>>, key: &str, default: (u64, u64)| -> R<(u64, u64)> {
+                let Some(v) = v else { return Ok(default) };
+                match v.get_ref().as_slice() {
+                    &[lo, hi] if lo <= hi && hi > 0 && hi.checked_mul(mcu).is_some_and(|n| n <= 1 << 50) => Ok((lo, hi)),
+                    _ => Err(self
+                        .err(v.span(), format!("{key} must be two whole numbers of mcu [lo, hi] with lo <= hi, hi > 0 (e.g. [26, 34])"))),
+                }
+            };
         let gap = range(&raw.gap, "gap", (26, 34))?;
         let need = range(&raw.need, "need", (6, 12))?;
         if gap.0 == 0 {
@@ -1340,25 +1277,18 @@ impl Builder<'_> {
             None | Some(("mixed", _)) => ErrorMode::Mixed,
             Some(("over", _)) => ErrorMode::Over,
             Some(("under", _)) => ErrorMode::Under,
-            Some((other, span)) => {
-                return Err(self.err(span, format!("unknown error mode '{other}'; expected over, under or mixed")))
-            }
+            Some((other, span)) => return Err(self.err(span, format!("unknown error mode '{other}'; expected over, under or mixed"))),
         };
         let error_mean = match &raw.error_mean {
             None => 0,
             Some(e) if (0.0..=1000.0).contains(&e.get_ref().0) => (e.get_ref().0 * mcu as f64).round() as Ns,
-            Some(e) => {
-                return Err(self.err(e.span(), format!("error_mean {} must be between 0 and 1000 (mcu)", e.get_ref().0)))
-            }
+            Some(e) => return Err(self.err(e.span(), format!("error_mean {} must be between 0 and 1000 (mcu)", e.get_ref().0))),
         };
         let reserve = match &raw.reserve {
             None => None,
             Some(r) if *r.get_ref() == names.default || names.schedulers.contains(r.get_ref()) => Some(r.get_ref().clone()),
             Some(r) => {
-                return Err(self.err(
-                    r.span(),
-                    format!("no scheduler named '{}'; expected one of {}", r.get_ref(), names.scheduler_list()),
-                ))
+                return Err(self.err(r.span(), format!("no scheduler named '{}'; expected one of {}", r.get_ref(), names.scheduler_list())))
             }
         };
         Ok(Randres { mcu, gap, need, fussiness_ppm, error, error_mean, reserve })
@@ -1389,9 +1319,7 @@ impl Builder<'_> {
             [(a, _), (b, span), ..] => {
                 return Err(self.err(
                     span.clone(),
-                    format!(
-                        "a phase has exactly one key, but both `{a}` and `{b}` are given; write them as two phases"
-                    ),
+                    format!("a phase has exactly one key, but both `{a}` and `{b}` are given; write them as two phases"),
                 ))
             }
         }
@@ -1402,10 +1330,7 @@ impl Builder<'_> {
             } else {
                 Err(self.err(
                     s.span(),
-                    format!(
-                        "{what} names scheduler '{n}', which does not exist; expected one of {}",
-                        names.scheduler_list()
-                    ),
+                    format!("{what} names scheduler '{n}', which does not exist; expected one of {}", names.scheduler_list()),
                 ))
             }
         };
@@ -1431,7 +1356,9 @@ impl Builder<'_> {
         if let Some(n) = &raw.times {
             let k = *n.get_ref();
             if k < 1 {
-                return Err(self.err(n.span(), format!("times must be at least 1 (the phases before it run that many times in all), found {k}")));
+                return Err(
+                    self.err(n.span(), format!("times must be at least 1 (the phases before it run that many times in all), found {k}"))
+                );
             }
             return Ok(Phase::Times(k as u64));
         }
@@ -1547,9 +1474,7 @@ impl Builder<'_> {
 
 pub(crate) fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) => {
-            positive_mean(d)
-        }
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) => positive_mean(d),
         Phase::Times(_) => false,
         Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),

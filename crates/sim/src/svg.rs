@@ -14,8 +14,7 @@ use vassal_core::Ns;
 use crate::engine::Slice;
 
 /// Distinct colours for tasks (Tableau 10), cycled by task index.
-const PALETTE: [&str; 10] =
-    ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
 /// The colour of task (or series) number `i`.
 pub fn colour(i: usize) -> &'static str {
@@ -42,7 +41,11 @@ pub fn esc(s: &str) -> String {
 fn n(v: f64) -> String {
     let s = format!("{v:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.to_string() }
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 /// Milliseconds, readable ("12.5 ms").
@@ -118,10 +121,12 @@ impl Frame {
         for v in &yt {
             let y = self.y(*v);
             let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#e3e3e3"/>"##, n(l), n(y), n(l + w), n(y));
-            let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="end" class="tick">{}</text>"#, n(l - 4.0), n(y + 4.0), tick_label(*v, ystep));
+            let _ =
+                write!(o, r#"<text x="{}" y="{}" text-anchor="end" class="tick">{}</text>"#, n(l - 4.0), n(y + 4.0), tick_label(*v, ystep));
         }
         let _ = write!(o, r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>"##, n(l), n(t), n(w), n(h));
-        let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="axis">{}</text>"#, n(l + w / 2.0), n(t + h + 32.0), esc(x_label));
+        let _ =
+            write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="axis">{}</text>"#, n(l + w / 2.0), n(t + h + 32.0), esc(x_label));
         let _ = write!(
             o,
             r#"<text transform="translate({},{}) rotate(-90)" text-anchor="middle" class="axis">{}</text>"#,
@@ -133,15 +138,8 @@ impl Frame {
 }
 
 fn open_svg(o: &mut String, w: f64, h: f64, title: &str) {
-    let _ = write!(
-        o,
-        r#"<svg width="{}" height="{}" viewBox="0 0 {} {}" role="img"><title>{}</title>"#,
-        n(w),
-        n(h),
-        n(w),
-        n(h),
-        esc(title)
-    );
+    let _ =
+        write!(o, r#"<svg width="{}" height="{}" viewBox="0 0 {} {}" role="img"><title>{}</title>"#, n(w), n(h), n(w), n(h), esc(title));
 }
 
 /// A chart as a standalone .svg file: the SVG namespace (an identifier, not something
@@ -201,12 +199,29 @@ pub fn line_plot_ticks(
         (y0, y1) = (y0 - 1.0, y1 + 1.0);
     }
     let pad = (y1 - y0) * 0.04;
-    let f = Frame { left: 64.0, top: 26.0, width: w - 64.0 - 170.0, height: h - 26.0 - 44.0, x0, x1: x1.max(x0 + 1e-9), y0: y0 - pad, y1: y1 + pad };
+    let f = Frame {
+        left: 64.0,
+        top: 26.0,
+        width: w - 64.0 - 170.0,
+        height: h - 26.0 - 44.0,
+        x0,
+        x1: x1.max(x0 + 1e-9),
+        y0: y0 - pad,
+        y1: y1 + pad,
+    };
     let mut o = String::new();
     open_svg(&mut o, w, h, title);
     let _ = write!(o, r#"<text x="{}" y="16" class="title">{}</text>"#, n(f.left), esc(title));
     f.axes(&mut o, x_label, y_label, x_ticks);
-    let _ = write!(o, r#"<clipPath id="c{}"><rect x="{}" y="{}" width="{}" height="{}"/></clipPath>"#, clip_id(title), n(f.left), n(f.top), n(f.width), n(f.height));
+    let _ = write!(
+        o,
+        r#"<clipPath id="c{}"><rect x="{}" y="{}" width="{}" height="{}"/></clipPath>"#,
+        clip_id(title),
+        n(f.left),
+        n(f.top),
+        n(f.width),
+        n(f.height)
+    );
     for s in series {
         let pts = visible(s, x0, x1);
         if pts.is_empty() {
@@ -226,7 +241,15 @@ pub fn line_plot_ticks(
         );
         if s.markers {
             for &(x, y) in &pts {
-                let _ = write!(o, r#"<circle cx="{}" cy="{}" r="3" fill="{}"><title>{}: {}</title></circle>"#, n(f.x(x)), n(f.y(y)), s.colour, esc(&s.name), crate::html::num(y));
+                let _ = write!(
+                    o,
+                    r#"<circle cx="{}" cy="{}" r="3" fill="{}"><title>{}: {}</title></circle>"#,
+                    n(f.x(x)),
+                    n(f.y(y)),
+                    s.colour,
+                    esc(&s.name),
+                    crate::html::num(y)
+                );
             }
         }
     }
@@ -234,7 +257,15 @@ pub fn line_plot_ticks(
         let y = f.top + 8.0 + k as f64 * 18.0;
         let x = f.left + f.width + 12.0;
         let dash = if s.dashed { r#" stroke-dasharray="6 3""# } else { "" };
-        let _ = write!(o, r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#, n(x), n(y), n(x + 22.0), n(y), s.colour);
+        let _ = write!(
+            o,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#,
+            n(x),
+            n(y),
+            n(x + 22.0),
+            n(y),
+            s.colour
+        );
         let _ = write!(o, r#"<text x="{}" y="{}" class="legend">{}</text>"#, n(x + 28.0), n(y + 4.0), esc(&s.name));
     }
     o.push_str("</svg>");
@@ -345,7 +376,16 @@ pub fn gantt(title: &str, cpus: u16, task_names: &[String], slices: &[Slice], fr
     let legend_rows = used.len().div_ceil(5);
     let h = 30.0 + cpus as f64 * (row_h + 6.0) + 40.0 + legend_rows as f64 * 18.0;
     let w = left + plot_w + 20.0;
-    let f = Frame { left, top: 26.0, width: plot_w, height: cpus as f64 * (row_h + 6.0), x0: from as f64 / 1e6, x1: to as f64 / 1e6, y0: 0.0, y1: 1.0 };
+    let f = Frame {
+        left,
+        top: 26.0,
+        width: plot_w,
+        height: cpus as f64 * (row_h + 6.0),
+        x0: from as f64 / 1e6,
+        x1: to as f64 / 1e6,
+        y0: 0.0,
+        y1: 1.0,
+    };
     let in_window: Vec<&Slice> = slices.iter().filter(|s| s.end > from && s.start < to).collect();
     let binned = in_window.len() > EXACT_MAX;
     let mut o = String::new();
@@ -362,9 +402,20 @@ pub fn gantt(title: &str, cpus: u16, task_names: &[String], slices: &[Slice], fr
     for v in &xt {
         let x = f.x(*v);
         let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#e3e3e3"/>"##, n(x), n(f.top), n(x), n(f.top + f.height));
-        let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#, n(x), n(f.top + f.height + 14.0), tick_label(*v, xstep));
+        let _ = write!(
+            o,
+            r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#,
+            n(x),
+            n(f.top + f.height + 14.0),
+            tick_label(*v, xstep)
+        );
     }
-    let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="axis">time (ms)</text>"#, n(left + plot_w / 2.0), n(f.top + f.height + 30.0));
+    let _ = write!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="middle" class="axis">time (ms)</text>"#,
+        n(left + plot_w / 2.0),
+        n(f.top + f.height + 30.0)
+    );
     let scale = plot_w / (to - from) as f64;
     for c in 0..cpus {
         let y = f.top + c as f64 * (row_h + 6.0) + 3.0;
@@ -474,9 +525,21 @@ pub fn bars(title: &str, x_label: &str, rows: &[(String, f64, &'static str)], fm
     for v in &xt {
         let x = f.x(*v);
         let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#e3e3e3"/>"##, n(x), n(f.top), n(x), n(f.top + f.height));
-        let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#, n(x), n(f.top + f.height + 14.0), tick_label(*v, xstep));
+        let _ = write!(
+            o,
+            r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#,
+            n(x),
+            n(f.top + f.height + 14.0),
+            tick_label(*v, xstep)
+        );
     }
-    let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="axis">{}</text>"#, n(left + plot_w / 2.0), n(f.top + f.height + 32.0), esc(x_label));
+    let _ = write!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="middle" class="axis">{}</text>"#,
+        n(left + plot_w / 2.0),
+        n(f.top + f.height + 32.0),
+        esc(x_label)
+    );
     for (k, (label, v, c)) in rows.iter().enumerate() {
         let y = f.top + k as f64 * row_h;
         let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="end" class="tick">{}</text>"#, n(left - 6.0), n(y + row_h * 0.7), esc(label));
@@ -526,7 +589,13 @@ pub fn ranges(title: &str, rows: &[Range]) -> String {
     for v in &xt {
         let x = f.x(*v);
         let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#e3e3e3"/>"##, n(x), n(f.top), n(x), n(f.top + f.height));
-        let _ = write!(o, r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#, n(x), n(f.top + f.height + 14.0), tick_label(*v, xstep));
+        let _ = write!(
+            o,
+            r#"<text x="{}" y="{}" text-anchor="middle" class="tick">{}</text>"#,
+            n(x),
+            n(f.top + f.height + 14.0),
+            tick_label(*v, xstep)
+        );
     }
     let _ = write!(
         o,
@@ -553,7 +622,15 @@ pub fn ranges(title: &str, rows: &[Range]) -> String {
             fmt_ms(r.max)
         );
         let _ = write!(o, r#"<g><title>{}</title>"#, esc(&tip));
-        let _ = write!(o, r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="1.5"/>"#, n(x(r.min)), n(y), n(x(r.max)), n(y), r.colour);
+        let _ = write!(
+            o,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="1.5"/>"#,
+            n(x(r.min)),
+            n(y),
+            n(x(r.max)),
+            n(y),
+            r.colour
+        );
         let _ = write!(
             o,
             r#"<rect x="{}" y="{}" width="{}" height="{}" fill="{}" fill-opacity="0.75"/>"#,
@@ -563,7 +640,14 @@ pub fn ranges(title: &str, rows: &[Range]) -> String {
             n(12.0),
             r.colour
         );
-        let _ = write!(o, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#222" stroke-width="2"/>"##, n(x(r.mean)), n(y - 8.0), n(x(r.mean)), n(y + 8.0));
+        let _ = write!(
+            o,
+            r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#222" stroke-width="2"/>"##,
+            n(x(r.mean)),
+            n(y - 8.0),
+            n(x(r.mean)),
+            n(y + 8.0)
+        );
         o.push_str("</g>");
     }
     o.push_str("</svg>");
@@ -589,7 +673,14 @@ mod tests {
 
     #[test]
     fn steps_hold_each_value_until_the_next_point() {
-        let s = Series { name: "a".into(), points: vec![(1.0, 5.0), (3.0, 7.0)], step_to: Some(4.0), colour: colour(0), dashed: false, markers: false };
+        let s = Series {
+            name: "a".into(),
+            points: vec![(1.0, 5.0), (3.0, 7.0)],
+            step_to: Some(4.0),
+            colour: colour(0),
+            dashed: false,
+            markers: false,
+        };
         assert_eq!(visible(&s, 0.0, 10.0), vec![(1.0, 5.0), (3.0, 5.0), (3.0, 7.0), (4.0, 7.0)]);
         // clipped at x0: the value holding at x0 starts the line
         assert_eq!(visible(&s, 2.0, 10.0), vec![(2.0, 5.0), (3.0, 5.0), (3.0, 7.0), (4.0, 7.0)]);

@@ -466,11 +466,8 @@ mod tests {
 
     #[test]
     fn standard_swap_out_else_takes_the_oldest_resident_of_at_least_two_seconds() {
-        let imgs = [
-            img(30, true, 3 * SEC, ProcState::Ready),
-            img(20, true, SEC, ProcState::Sleeping),
-            img(40, true, 4 * SEC, ProcState::Ready),
-        ];
+        let imgs =
+            [img(30, true, 3 * SEC, ProcState::Ready), img(20, true, SEC, ProcState::Sleeping), img(40, true, 4 * SEC, ProcState::Ready)];
         assert_eq!(swap_out_standard(&imgs, 5 * SEC, 2 * SEC, &[]), Some(1));
         // at 4.5 s only task 1 (3.5 s) and task 0 (1.5 s: too young) are candidates
         assert_eq!(swap_out_standard(&imgs, 4 * SEC + SEC / 2, 2 * SEC, &[1]), None);

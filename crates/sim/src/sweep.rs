@@ -242,7 +242,10 @@ impl Sweep {
             }
             Some(toml::Value::String(b)) => {
                 if let Some(k) = table.keys().find(|k| !SWEEP_KEYS.contains(&k.as_str())) {
-                    return Err(format!("{file}: unknown key `{k}`: with base = \"...\" the scenario is in the base file (sweep keys: {})", SWEEP_KEYS.join(", ")));
+                    return Err(format!(
+                        "{file}: unknown key `{k}`: with base = \"...\" the scenario is in the base file (sweep keys: {})",
+                        SWEEP_KEYS.join(", ")
+                    ));
                 }
                 let p = Path::new(file).parent().unwrap_or(Path::new("")).join(b);
                 let text = std::fs::read_to_string(&p).map_err(|e| format!("{file}: base {}: {e}", p.display()))?;
@@ -260,7 +263,12 @@ impl Sweep {
             None => Vec::new(),
             Some(toml::Value::Array(a)) if !a.is_empty() => a
                 .iter()
-                .map(|v| v.as_integer().filter(|&i| i >= 0).map(|i| i as u64).ok_or_else(|| format!("{file}: seeds must be integers >= 0, found {v}")))
+                .map(|v| {
+                    v.as_integer()
+                        .filter(|&i| i >= 0)
+                        .map(|i| i as u64)
+                        .ok_or_else(|| format!("{file}: seeds must be integers >= 0, found {v}"))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
             Some(v) => return Err(format!("{file}: seeds must be a non-empty array of integers, found {v}")),
         };
@@ -271,7 +279,11 @@ impl Sweep {
                 Some(_) => Err(format!("{file}: [[{key}]] must be an array of tables")),
             }
         };
-        let axes = list("axis")?.iter().enumerate().map(|(k, a)| parse_axis(a, &format!("{file}: axis {}", k + 1))).collect::<Result<Vec<_>, _>>()?;
+        let axes = list("axis")?
+            .iter()
+            .enumerate()
+            .map(|(k, a)| parse_axis(a, &format!("{file}: axis {}", k + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
         let runs = list("run")?.iter().map(|r| named_value(r, &format!("{file}: [[run]]"))).collect::<Result<Vec<_>, _>>()?;
         if axes.is_empty() && runs.is_empty() {
             return Err(format!("{file}: a sweep needs [[axis]] or [[run]] tables"));
@@ -291,14 +303,20 @@ impl Sweep {
             None => (0, 0),
             Some(toml::Value::Table(p)) => {
                 check_keys(p, &["x", "y"], &format!("{file}: [plot]"))?;
-                let name = |k: &str| p.get(k).map(|v| v.as_str().ok_or_else(|| format!("{file}: plot.{k} must be a name, found {v}"))).transpose();
+                let name =
+                    |k: &str| p.get(k).map(|v| v.as_str().ok_or_else(|| format!("{file}: plot.{k} must be a name, found {v}"))).transpose();
                 let x = match name("x")? {
                     None => 0,
-                    Some(x) => axes.iter().position(|a| a.name == x).ok_or_else(|| format!("{file}: plot.x '{x}' is not an axis ({})", axis_names.join(", ")))?,
+                    Some(x) => axes
+                        .iter()
+                        .position(|a| a.name == x)
+                        .ok_or_else(|| format!("{file}: plot.x '{x}' is not an axis ({})", axis_names.join(", ")))?,
                 };
                 let y = match name("y")? {
                     None => 0,
-                    Some(y) => metrics.iter().position(|m| m.name == y).ok_or_else(|| format!("{file}: plot.y '{y}' is not one of the metrics"))?,
+                    Some(y) => {
+                        metrics.iter().position(|m| m.name == y).ok_or_else(|| format!("{file}: plot.y '{y}' is not one of the metrics"))?
+                    }
                 };
                 (x, y)
             }
@@ -316,7 +334,10 @@ impl Sweep {
         }
         let mut variants: Vec<Variant> = grid
             .into_iter()
-            .map(|v| Variant { name: v.iter().zip(&axes).map(|(&k, a)| a.values[k].name.as_str()).collect::<Vec<_>>().join("/"), values: Some(v) })
+            .map(|v| Variant {
+                name: v.iter().zip(&axes).map(|(&k, a)| a.values[k].name.as_str()).collect::<Vec<_>>().join("/"),
+                values: Some(v),
+            })
             .collect();
         for r in &runs {
             if variants.iter().any(|v| v.name == r.name) {
@@ -350,7 +371,9 @@ impl Sweep {
     /// The settings of variant `k`, each with what it comes from (for errors).
     fn settings(&self, k: usize) -> Vec<(String, &AxisValue)> {
         match &self.variants[k].values {
-            Some(v) => v.iter().zip(&self.axes).map(|(&i, a)| (format!("axis '{}' value '{}'", a.name, a.values[i].name), &a.values[i])).collect(),
+            Some(v) => {
+                v.iter().zip(&self.axes).map(|(&i, a)| (format!("axis '{}' value '{}'", a.name, a.values[i].name), &a.values[i])).collect()
+            }
             None => {
                 let r = &self.runs[k - (self.variants.len() - self.runs.len())];
                 vec![(format!("run '{}'", r.name), r)]
@@ -379,7 +402,10 @@ impl Sweep {
     pub fn variant_text(&self, name: &str) -> Result<String, String> {
         let k = self.variant_index(name).map_err(|e| format!("{}: {e}", self.file))?;
         let mut doc = self.document(k)?;
-        doc.insert("name".into(), toml::Value::String(format!("{}-{}", doc.get("name").and_then(|n| n.as_str()).unwrap_or("sweep"), name.replace('/', "-"))));
+        doc.insert(
+            "name".into(),
+            toml::Value::String(format!("{}-{}", doc.get("name").and_then(|n| n.as_str()).unwrap_or("sweep"), name.replace('/', "-"))),
+        );
         toml::to_string(&doc).map_err(|e| format!("{}: variant {name}: {e}", self.file))
     }
 
@@ -498,7 +524,13 @@ impl Sweep {
         self.eval_in(e, runs, bare, None)
     }
 
-    fn eval_in(&self, e: &Expr, runs: &Runs, bare: &dyn Fn(&str) -> Result<f64, String>, star: Option<(usize, &str)>) -> Result<f64, String> {
+    fn eval_in(
+        &self,
+        e: &Expr,
+        runs: &Runs,
+        bare: &dyn Fn(&str) -> Result<f64, String>,
+        star: Option<(usize, &str)>,
+    ) -> Result<f64, String> {
         Ok(match e {
             Expr::Num(n) => *n,
             Expr::Metric { path, variant: None } => bare(path)?,
@@ -589,7 +621,8 @@ impl Sweep {
         let mut o = String::new();
         let curves = self.curves();
         let xa = self.axes.get(self.plot.0);
-        let labels = curves.iter().map(|c| c.0.as_str()).chain(self.runs.iter().map(|r| r.name.as_str())).chain(xa.map(|a| a.name.as_str()));
+        let labels =
+            curves.iter().map(|c| c.0.as_str()).chain(self.runs.iter().map(|r| r.name.as_str())).chain(xa.map(|a| a.name.as_str()));
         let first = labels.map(|l| l.chars().count()).max().unwrap_or(0);
         for m in &self.metrics {
             let mut about: Vec<String> = Vec::new();
@@ -606,7 +639,10 @@ impl Sweep {
                 let _ = writeln!(o, "  {:<first$} {}", xa.name, cells.join(" "));
             }
             for (label, vs) in &curves {
-                let cells = vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x)))).collect::<Result<Vec<_>, _>>()?;
+                let cells = vs
+                    .iter()
+                    .map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x))))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let _ = writeln!(o, "  {label:<first$} {}", cells.join(" "));
             }
             for k in self.variants.len() - self.runs.len()..self.variants.len() {
@@ -653,7 +689,14 @@ impl Sweep {
             let y = self.variant_value(m, runs, first_run + k)?;
             if y.is_finite() {
                 let colour = svg::colour(series.len());
-                series.push(svg::Series { name: r.name.clone(), points: vec![(lo, y), (hi, y)], step_to: None, colour, dashed: true, markers: false });
+                series.push(svg::Series {
+                    name: r.name.clone(),
+                    points: vec![(lo, y), (hi, y)],
+                    step_to: None,
+                    colour,
+                    dashed: true,
+                    markers: false,
+                });
             }
         }
         let pad = if hi > lo { (hi - lo) * 0.03 } else { 1.0 };
@@ -741,7 +784,9 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
     let axes: Vec<String> = sweep.axes.iter().map(|a| a.name.clone()).collect();
     let exprs = expects
         .iter()
-        .map(|e| parse(&e.metric, &axes).and_then(|x| sweep.check(&x, false).map(|_| x)).map_err(|m| format!("{file}: expect '{}': {m}", e.id)))
+        .map(|e| {
+            parse(&e.metric, &axes).and_then(|x| sweep.check(&x, false).map(|_| x)).map_err(|m| format!("{file}: expect '{}': {m}", e.id))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let runs = sweep.run(default_jobs(), &|_, _| {})?;
     let rows = expects
@@ -852,14 +897,21 @@ fn set_in(here: &mut toml::Value, steps: &[&str], k: usize, value: &toml::Value)
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
     Num(f64),
-    Metric { path: String, variant: Option<String> },
+    Metric {
+        path: String,
+        variant: Option<String>,
+    },
     Neg(Box<Expr>),
     Bin(u8, Box<Expr>, Box<Expr>),
     /// Along axis `axis` (values ordered by `x`), where SERIES — an expression whose
     /// variants have `*` in that axis's place — first falls below REFERENCE: the `x` at
     /// which it crosses, linearly interpolated (the first `x` if it starts below; NaN,
     /// which fails a row, if it never does).
-    Crossing { axis: usize, series: Box<Expr>, reference: Box<Expr> },
+    Crossing {
+        axis: usize,
+        series: Box<Expr>,
+        reference: Box<Expr>,
+    },
 }
 
 /// Parses an expression; `axes` are the axis names `crossing` may name.
@@ -946,9 +998,11 @@ impl Parser<'_> {
                     self.i += 1;
                     self.ws();
                     let name = self.word();
-                    let axis = self.axes.iter().position(|a| *a == name).ok_or_else(|| {
-                        format!("crossing: no axis '{name}' (axes: {})", self.axes.join(", "))
-                    })?;
+                    let axis = self
+                        .axes
+                        .iter()
+                        .position(|a| *a == name)
+                        .ok_or_else(|| format!("crossing: no axis '{name}' (axes: {})", self.axes.join(", ")))?;
                     self.expect(b',')?;
                     let series = self.expr()?;
                     self.expect(b',')?;
@@ -960,7 +1014,8 @@ impl Parser<'_> {
                     return Err(format!("metric '{path}' at column {at} ends with '.'"));
                 }
                 let variant = if self.s.get(self.i) == Some(&b'[') {
-                    let close = self.s[self.i..].iter().position(|&c| c == b']').ok_or(format!("missing ']' after column {}", self.i + 1))?;
+                    let close =
+                        self.s[self.i..].iter().position(|&c| c == b']').ok_or(format!("missing ']' after column {}", self.i + 1))?;
                     let v = String::from_utf8_lossy(&self.s[self.i + 1..self.i + close]).trim().to_string();
                     self.i += close + 1;
                     Some(v)
@@ -1012,10 +1067,9 @@ mod tests {
 
     #[test]
     fn set_path_walks_tables_arrays_names_and_wildcards() {
-        let mut doc: toml::Table = toml::from_str(
-            "[[task]]\nname = \"a1\"\n[[task]]\nname = \"b\"\nphases = [1, 2]\n[[task]]\nname = \"a2\"\n[m]\nx = 1\n",
-        )
-        .unwrap();
+        let mut doc: toml::Table =
+            toml::from_str("[[task]]\nname = \"a1\"\n[[task]]\nname = \"b\"\nphases = [1, 2]\n[[task]]\nname = \"a2\"\n[m]\nx = 1\n")
+                .unwrap();
         let i = |v: i64| toml::Value::Integer(v);
         set_path(&mut doc, "task.1.count", &i(3)).unwrap();
         set_path(&mut doc, "task.b.phases.0", &i(9)).unwrap();

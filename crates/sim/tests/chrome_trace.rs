@@ -63,7 +63,11 @@ struct Parsed {
 
 impl Parsed {
     fn tid_named(&self, pid: u64, name: &str) -> u64 {
-        self.threads.iter().find(|((p, _), n)| *p == pid && n.as_str() == name).map(|((_, t), _)| *t).unwrap_or_else(|| panic!("no track {name}"))
+        self.threads
+            .iter()
+            .find(|((p, _), n)| *p == pid && n.as_str() == name)
+            .map(|((_, t), _)| *t)
+            .unwrap_or_else(|| panic!("no track {name}"))
     }
 }
 
@@ -197,7 +201,13 @@ fn validate(sc: &Scenario, report: &Report, json: &str) -> Parsed {
     for c in &report.cpus {
         let tid = p.tid_named(CPUS_PID as u64, &format!("cpu{}", c.cpu));
         let sum: Ns = p.tracks.get(&(CPUS_PID as u64, tid)).map_or(0, |xs| xs.iter().map(|x| x.end - x.start).sum());
-        assert!(c.busy_ns <= sum && sum <= c.busy_ns + c.overhead_ns, "cpu{}: slices {sum}, busy {}, overhead {}", c.cpu, c.busy_ns, c.overhead_ns);
+        assert!(
+            c.busy_ns <= sum && sum <= c.busy_ns + c.overhead_ns,
+            "cpu{}: slices {sum}, busy {}, overhead {}",
+            c.cpu,
+            c.busy_ns,
+            c.overhead_ns
+        );
         assert!(sum <= elapsed);
     }
     // Per task: its slices cover its CPU time (plus its share of switch costs).
@@ -327,7 +337,12 @@ fn bvt_figure_3_trace_has_virtual_time_counters() {
     let sc = load("experiments/bvt/fig3.toml", Some(1_000_000_000));
     let (_, json) = traced(&sc);
     let v: Value = serde_json::from_str(&json).unwrap();
-    let counters: Vec<&Value> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("virtual time ")).collect();
+    let counters: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("virtual time "))
+        .collect();
     for t in &sc.tasks {
         assert!(counters.iter().any(|e| e["name"] == format!("virtual time {}", t.name).as_str()), "{}", t.name);
     }
@@ -352,7 +367,9 @@ fn swaps_show_on_the_task_tracks() {
     let sc = vassal_sim::scenario::parse_scenario(text, "swap.toml").expect("scenario parses");
     let (report, json) = traced(&sc);
     let p = validate(&sc, &report, &json);
-    let count = |what: &str| p.marks.iter().filter(|((pid, _), _)| *pid == TASKS_PID as u64).flat_map(|(_, m)| m).filter(|(_, n)| n == what).count() as u64;
+    let count = |what: &str| {
+        p.marks.iter().filter(|((pid, _), _)| *pid == TASKS_PID as u64).flat_map(|(_, m)| m).filter(|(_, n)| n == what).count() as u64
+    };
     assert!(report.kernel.swap_outs > 0, "the scenario swaps");
     // A swap-out is marked when the image stops being usable (its write begins) and
     // counted when the write ends: writes under way at the horizon are marked only.

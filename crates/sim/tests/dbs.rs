@@ -1,7 +1,6 @@
 //! The `randres` behaviour (BVT paper 001 §5.1) under DBS and alone, its scenario errors,
 //! and sweep experiments (several runs from one file).
 
-
 use vassal_sim::scenario::parse_scenario;
 use vassal_sim::{simulate, Report};
 

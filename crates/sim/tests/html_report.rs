@@ -36,7 +36,9 @@ fn all_experiments() -> (PathBuf, Vec<ExperimentRun>) {
 /// object, no `src`, no `url(...)`, no `@import`, no http(s) reference in an attribute.
 fn assert_self_contained(page: &str) {
     let lower = page.to_ascii_lowercase();
-    for bad in ["<script", "<link", "<img", "<iframe", "<object", "<embed", "src=", "url(http", "@import", "=\"http:", "=\"https:", "='http"] {
+    for bad in
+        ["<script", "<link", "<img", "<iframe", "<object", "<embed", "src=", "url(http", "@import", "=\"http:", "=\"https:", "='http"]
+    {
         assert!(!lower.contains(bad), "the page contains {bad:?}");
     }
     assert!(!lower.contains("http://") && !lower.contains("https://"), "the page references a URL");
@@ -48,7 +50,14 @@ fn sim_page_is_self_contained_and_has_the_figures() {
     let (sc, r, t) = traced("experiments/bvt/fig3.toml");
     let page = sim_page(&sc, &r, &t);
     assert_self_contained(&page);
-    for want in ["CPU timeline, whole run", "CPU timeline, first 300 ms", "Share of the CPU", "Dispatch latency", "Actual virtual time A_i", "Effective virtual time E_i"] {
+    for want in [
+        "CPU timeline, whole run",
+        "CPU timeline, first 300 ms",
+        "Share of the CPU",
+        "Dispatch latency",
+        "Actual virtual time A_i",
+        "Effective virtual time E_i",
+    ] {
         assert!(page.contains(want), "missing {want}");
     }
     for task in &sc.tasks {
@@ -73,7 +82,13 @@ fn repro_page_shows_every_row_beside_the_paper() {
         for (e, row) in run.expects.iter().zip(&run.rows) {
             // the row: id, metric, paper, ours, in that order in one table row
             let num = vassal_sim::html::num;
-            let cells = format!("<td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td>", row.id, e.metric, num(row.paper), num(row.ours));
+            let cells = format!(
+                "<td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td>",
+                row.id,
+                e.metric,
+                num(row.paper),
+                num(row.ours)
+            );
             assert!(page.contains(&cells), "row {} missing: {cells}", row.id);
         }
         if run.run.is_some() {
@@ -133,9 +148,9 @@ fn virtual_times_are_the_policys() {
 
 /// Runs `chromium --headless` on `html`, writing `png`; None when Chromium is missing.
 fn screenshot(html: &Path, png: &Path, size: (u32, u32)) -> Option<()> {
-    let bin = ["chromium", "chromium-browser"].into_iter().find(|b| {
-        Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-    })?;
+    let bin = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()))?;
     let _ = std::fs::remove_file(png);
     let profile = png.with_extension("profile");
     let mut child = Command::new(bin)
@@ -175,8 +190,7 @@ fn ink(png_file: &Path) -> (f64, f64, u32, u32) {
     let channels = info.color_type.samples();
     assert!(info.bit_depth == png::BitDepth::Eight && channels >= 3, "{:?} {:?}", info.color_type, info.bit_depth);
     let px = &buf[..info.buffer_size()];
-    let lum: Vec<f64> =
-        px.chunks(channels).map(|p| 0.2126 * p[0] as f64 + 0.7152 * p[1] as f64 + 0.0722 * p[2] as f64).collect();
+    let lum: Vec<f64> = px.chunks(channels).map(|p| 0.2126 * p[0] as f64 + 0.7152 * p[1] as f64 + 0.0722 * p[2] as f64).collect();
     let n = lum.len() as f64;
     let mean = lum.iter().sum::<f64>() / n;
     let var = lum.iter().map(|l| (l - mean) * (l - mean)).sum::<f64>() / n;

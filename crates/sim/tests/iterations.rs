@@ -56,8 +56,7 @@ behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{
 
 #[test]
 fn timed_set_loop_period_is_delay_plus_work() {
-    let r = run(
-        r#"until = "100ms"
+    let r = run(r#"until = "100ms"
 [machine]
 cpus = 1
 [[scheduler]]
@@ -71,8 +70,7 @@ behaviour = { kind = "script", repeat = true, phases = [ { send = { to = "rt", r
 [[task]]
 name = "hog"
 behaviour = { kind = "cpu" }
-"#,
-    );
+"#);
     let x = task(&r, "x");
     assert_eq!(x.refused_messages, 0);
     let it = x.iterations;

@@ -199,8 +199,7 @@ fn sim_load_replaces_a_named_scheduler_or_adds_one() {
     // A new scheduler below "proto", loaded at 1 s and unloaded at 2 s, with a parameter.
     let mut sc = parse(&scenario("policy = \"rr\"\nusage = { reserved = 0.5 }"));
     let params = BTreeMap::from([("quantum".to_string(), ParamValue::Str("5ms".into()))]);
-    apply_load(&mut sc, &module("rr"), "mine", &Place::Below("proto".into()), Some(1_000_000_000), Some(2_000_000_000), params)
-        .unwrap();
+    apply_load(&mut sc, &module("rr"), "mine", &Place::Below("proto".into()), Some(1_000_000_000), Some(2_000_000_000), params).unwrap();
     assert_eq!(sc.schedulers.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["proto", "mine"]);
     let r = run(sc);
     assert!(log_has(&r, "scheduler 'mine' loaded from module rr.wasm"), "{:#?}", r.log);
@@ -230,7 +229,8 @@ fn unloading_a_module_hands_its_tasks_to_the_scheduler_below() {
 /// its tasks went to the default and kept running, and that the run kept its invariants.
 fn ejected(fail: &str, reason: &str) {
     let r = run(parse(&scenario(&module_scheduler("broken", &format!("fail = \"{fail}\", after = 5")))));
-    let line = r.log.iter().find(|l| l.contains("scheduler 'proto' ejected")).unwrap_or_else(|| panic!("{fail}: not ejected: {:#?}", r.log));
+    let line =
+        r.log.iter().find(|l| l.contains("scheduler 'proto' ejected")).unwrap_or_else(|| panic!("{fail}: not ejected: {:#?}", r.log));
     assert!(line.contains(reason), "{fail}: {line}");
     assert!(line.contains("[a -> ts, b -> ts, c -> ts]"), "{fail}: tasks not handed down: {line}");
     assert!(log_has(&r, "[proto] ejected: "), "{fail}: the dispatcher's log has no entry");

@@ -22,8 +22,7 @@ use proptest::prelude::*;
 use vassal_core::{CpuId, CpuSet, Ns, Request, TaskParams, Usage, MS, SEC, US};
 use vassal_policies::ParamValue;
 use vassal_sim::model::{
-    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec,
-    SendSpec, TaskSpec, Unscheduled,
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec, Unscheduled,
 };
 use vassal_sim::{Report, Sim};
 
@@ -267,23 +266,25 @@ fn raw_scenario() -> impl Strategy<Value = RawScenario> {
         proptest::collection::vec((0u32..4, dist(500 * US, 20 * MS), 0u32..1000, any::<bool>()), 0..=3),
         (50 * MS..=500 * MS, any::<u64>()),
     )
-        .prop_map(|((cpus, tick, hz, sw, mig), unscheduled, (default_kind, default_quantum), scheds, tasks, interrupts, (until, seed))| {
-            RawScenario {
-                cpus,
-                tick,
-                hz,
-                switch_cost: sw,
-                migration_cost: mig,
-                unscheduled,
-                default_kind,
-                default_quantum,
-                scheds,
-                tasks,
-                interrupts,
-                until,
-                seed,
-            }
-        })
+        .prop_map(
+            |((cpus, tick, hz, sw, mig), unscheduled, (default_kind, default_quantum), scheds, tasks, interrupts, (until, seed))| {
+                RawScenario {
+                    cpus,
+                    tick,
+                    hz,
+                    switch_cost: sw,
+                    migration_cost: mig,
+                    unscheduled,
+                    default_kind,
+                    default_quantum,
+                    scheds,
+                    tasks,
+                    interrupts,
+                    until,
+                    seed,
+                }
+            },
+        )
 }
 
 /// The number of policy configurations `policy_of` can build.
@@ -403,7 +404,11 @@ fn build(raw: &RawScenario) -> Scenario {
                             }
                         })
                         .collect();
-                    if *repeat && !out.iter().any(|p| matches!(p, Phase::Run(_) | Phase::Sleep(_) | Phase::Fault(_) | Phase::Timer(_) | Phase::HandOff { .. })) {
+                    if *repeat
+                        && !out.iter().any(|p| {
+                            matches!(p, Phase::Run(_) | Phase::Sleep(_) | Phase::Fault(_) | Phase::Timer(_) | Phase::HandOff { .. })
+                        })
+                    {
                         out.push(Phase::Run(Dist::Const(100 * US)));
                     }
                     Behaviour::Script { phases: out, repeat: *repeat }
@@ -464,9 +469,7 @@ fn may_exit(t: &TaskSpec) -> bool {
         Behaviour::Cpu { work } => work.is_some(),
         Behaviour::Periodic { jobs, .. } => jobs.is_some(),
         Behaviour::Script { repeat, .. } => !repeat,
-        Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } | Behaviour::Player { .. } => {
-            false
-        }
+        Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } | Behaviour::Player { .. } => false,
         Behaviour::Randres(_) => false,
     }
 }
@@ -530,7 +533,10 @@ fn check_report(sc: &Scenario, r: &Report) -> Result<(), TestCaseError> {
             if h.count > 0 {
                 prop_assert!(
                     h.min_ns <= h.p50_ns && h.p50_ns <= h.p99_ns && h.p99_ns <= h.max_ns && h.min_ns <= h.mean_ns && h.mean_ns <= h.max_ns,
-                    "{} {}: {:?}", &t.name, what, h
+                    "{} {}: {:?}",
+                    &t.name,
+                    what,
+                    h
                 );
             }
         }
@@ -541,7 +547,13 @@ fn check_report(sc: &Scenario, r: &Report) -> Result<(), TestCaseError> {
             let first = spec.start + offset;
             let released = if first > until { 0 } else { (until - first) / period + 1 };
             let released = jobs.map_or(released, |n| released.min(n));
-            prop_assert!(t.jobs_met + t.jobs_missed <= released, "{}: {} jobs done, {} released", &t.name, t.jobs_met + t.jobs_missed, released);
+            prop_assert!(
+                t.jobs_met + t.jobs_missed <= released,
+                "{}: {} jobs done, {} released",
+                &t.name,
+                t.jobs_met + t.jobs_missed,
+                released
+            );
         }
     }
     // No policy livelocked a CPU, no script spun without progress.
@@ -557,13 +569,8 @@ fn check_report(sc: &Scenario, r: &Report) -> Result<(), TestCaseError> {
         let about_a_scheduler = l.contains("s scheduler '");
         prop_assert!(!(about_a_scheduler && (l.contains("refused") || l.contains("not loaded"))), "unexpected refusal: {}", l);
     }
-    let expected: BTreeSet<String> = sc
-        .schedulers
-        .iter()
-        .filter(|s| loaded_at(s, until))
-        .map(|s| s.name.clone())
-        .chain([sc.default_name.clone()])
-        .collect();
+    let expected: BTreeSet<String> =
+        sc.schedulers.iter().filter(|s| loaded_at(s, until)).map(|s| s.name.clone()).chain([sc.default_name.clone()]).collect();
     let registered: BTreeSet<String> = r.schedulers.iter().map(|s| s.name.clone()).collect();
     prop_assert_eq!(&registered, &expected);
     prop_assert_eq!(&r.schedulers.last().unwrap().name, &sc.default_name, "the default scheduler is at the bottom");
@@ -910,7 +917,12 @@ fn tasks_of_an_unloaded_scheduler_return_to_the_default() {
     let d = task(
         "d",
         Behaviour::Script {
-            phases: vec![Phase::Join("gone".into()), Phase::Run(Dist::Const(MS)), Phase::Join("stays".into()), Phase::Sleep(Dist::Const(SEC))],
+            phases: vec![
+                Phase::Join("gone".into()),
+                Phase::Run(Dist::Const(MS)),
+                Phase::Join("stays".into()),
+                Phase::Sleep(Dist::Const(SEC)),
+            ],
             repeat: false,
         },
     );

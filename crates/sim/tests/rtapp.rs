@@ -25,7 +25,8 @@ fn cpu_ms(r: &Report, task: &str) -> f64 {
 #[test]
 fn every_example_runs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     files.sort();
     assert!(files.len() >= 3, "{files:?}");
     for f in &files {
@@ -147,7 +148,10 @@ fn each_timer_ref_is_its_own_timer() {
 /// SCHED_OTHER priorities are nice values, weighted as Linux CFS weighs them.
 #[test]
 fn nice_values_become_cfs_weights_under_bvt() {
-    let sc = parse(r#"{ "global": { "duration": 20 }, "tasks": { "a": { "priority": 0, "run": 10000 }, "b": { "priority": 5, "run": 10000 } } }"#).unwrap();
+    let sc = parse(
+        r#"{ "global": { "duration": 20 }, "tasks": { "a": { "priority": 0, "run": 10000 }, "b": { "priority": 5, "run": 10000 } } }"#,
+    )
+    .unwrap();
     assert_eq!(sc.tasks[0].params.get("weight"), Some(&1024));
     assert_eq!(sc.tasks[1].params.get("weight"), Some(&335));
     let r = run(sc);
@@ -171,18 +175,33 @@ fn unsupported_keys_are_refused_with_their_path() {
             r#"{ "global": { "duration": 1 }, "tasks": { "thread0": { "phases": { "p1": { "run": 10, "lock": "m" } } } } }"#,
             "tasks.thread0.phases.p1.lock: rt-app key `lock` is not supported (no mutexes in the simulator)",
         ),
-        (r#"{ "global": { "duration": 1, "colour": 3 }, "tasks": { "a": { "run": 10 } } }"#, "global.colour: rt-app key `colour` is not supported"),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "bogus": 1 } } }"#, "tasks.a.bogus: rt-app key `bogus` is not supported"),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "sleep0": 5, "resume1": "a" } } }"#, "tasks.a.resume1: rt-app key `resume1` is not supported"),
+        (
+            r#"{ "global": { "duration": 1, "colour": 3 }, "tasks": { "a": { "run": 10 } } }"#,
+            "global.colour: rt-app key `colour` is not supported",
+        ),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "bogus": 1 } } }"#,
+            "tasks.a.bogus: rt-app key `bogus` is not supported",
+        ),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "sleep0": 5, "resume1": "a" } } }"#,
+            "tasks.a.resume1: rt-app key `resume1` is not supported",
+        ),
         (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10 } }, "extra": {} }"#, "extra: rt-app key `extra` is not supported"),
         (
             r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_DEADLINE", "dl-runtime": 1000, "dl-period": 10000, "run": 10 } } }"#,
             "tasks.a.policy: SCHED_DEADLINE is not supported",
         ),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_DEADLINE", "dl-runtime": 20000, "dl-period": 10000, "run": 10 } } }"#, "runtime <= deadline <= period"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_DEADLINE", "dl-runtime": 20000, "dl-period": 10000, "run": 10 } } }"#,
+            "runtime <= deadline <= period",
+        ),
         (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "run": 20 } } }"#, "duplicate key `run`"),
         (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": -3 } } }"#, "tasks.a.run: a duration in µs must be >= 0"),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "timer": { "ref": "x", "period": 10, "slack": 1 } } } }"#, "tasks.a.timer.slack: rt-app key `slack` is not supported"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "timer": { "ref": "x", "period": 10, "slack": 1 } } } }"#,
+            "tasks.a.timer.slack: rt-app key `slack` is not supported",
+        ),
         (
             r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10, "timer": { "ref": "x", "period": 10 } }, "b": { "run": 10, "timer": { "ref": "x", "period": 10 } } } }"#,
             "tasks.b.timer: timer `x` is shared with thread `a`",
@@ -192,10 +211,19 @@ fn unsupported_keys_are_refused_with_their_path() {
             "mixing SCHED_FIFO and SCHED_RR",
         ),
         (r#"{ "tasks": { "a": { "run": 10 } } }"#, "give the simulated horizon with --until"),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_FIFO", "priority": 0, "run": 10 } } }"#, "tasks.a.priority: SCHED_FIFO/SCHED_RR priority must be 1..99"),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "phases": { "p": { "cpus": [0], "run": 10 } } } } }"#, "tasks.a.phases.p.cpus: rt-app key `cpus` is not supported (affinity per phase"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "policy": "SCHED_FIFO", "priority": 0, "run": 10 } } }"#,
+            "tasks.a.priority: SCHED_FIFO/SCHED_RR priority must be 1..99",
+        ),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "phases": { "p": { "cpus": [0], "run": 10 } } } } }"#,
+            "tasks.a.phases.p.cpus: rt-app key `cpus` is not supported (affinity per phase",
+        ),
         (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "sleep": 10 } } }"#, ""),
-        (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "yield": "" } } }"#, "tasks.a: the thread loops forever through events that take no time"),
+        (
+            r#"{ "global": { "duration": 1 }, "tasks": { "a": { "yield": "" } } }"#,
+            "tasks.a: the thread loops forever through events that take no time",
+        ),
         (r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 10 } } "#, "not valid JSON"),
     ];
     for (json, want) in cases {

@@ -24,10 +24,7 @@ fn bad(text: &str) -> ScenarioError {
 fn assert_err(text: &str, line: usize, phrase: &str) -> ScenarioError {
     let e = bad(text);
     assert_eq!(e.file, "bad.toml");
-    assert!(
-        e.line == line && e.msg.contains(phrase),
-        "expected line {line} with {phrase:?}, got: {e}\n--- input ---\n{text}"
-    );
+    assert!(e.line == line && e.msg.contains(phrase), "expected line {line} with {phrase:?}, got: {e}\n--- input ---\n{text}");
     assert!(e.col >= 1, "{e}");
     e
 }
@@ -98,8 +95,7 @@ fn examples_cover_the_brief() {
 
 #[test]
 fn minimal_scenario_gets_the_defaults() {
-    let s =
-        parse_scenario(&with("[[task]]\nname = \"t\"\nbehaviour = { kind = \"cpu\" }\n"), "dir/my-test.toml").unwrap();
+    let s = parse_scenario(&with("[[task]]\nname = \"t\"\nbehaviour = { kind = \"cpu\" }\n"), "dir/my-test.toml").unwrap();
     assert_eq!(s.name, "my-test");
     assert_eq!(s.seed, 1);
     assert_eq!(s.until, SEC);
@@ -244,22 +240,10 @@ warp = true
     assert_eq!(s.tasks[3].scheduler, None);
     assert_eq!(
         s.tasks[3].behaviour,
-        Behaviour::Periodic {
-            period: 10 * MS,
-            offset: MS,
-            exec: Dist::Normal(2 * MS, 100 * US),
-            deadline: 20 * MS,
-            jobs: Some(100)
-        }
+        Behaviour::Periodic { period: 10 * MS, offset: MS, exec: Dist::Normal(2 * MS, 100 * US), deadline: 20 * MS, jobs: Some(100) }
     );
-    assert_eq!(
-        s.tasks[4].behaviour,
-        Behaviour::Interactive { burst: Dist::Exp(5 * MS), think: Dist::Uniform(50 * MS, 150 * MS) }
-    );
-    assert_eq!(
-        s.tasks[5].behaviour,
-        Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false }
-    );
+    assert_eq!(s.tasks[4].behaviour, Behaviour::Interactive { burst: Dist::Exp(5 * MS), think: Dist::Uniform(50 * MS, 150 * MS) });
+    assert_eq!(s.tasks[5].behaviour, Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false });
     assert_eq!(s.tasks[6].behaviour, Behaviour::Handler { vector: 3, work: Dist::Const(50 * US) });
     let Behaviour::Script { phases, repeat } = &s.tasks[7].behaviour else { panic!() };
     assert!(repeat);
@@ -295,9 +279,7 @@ fn periodic_deadline_defaults_to_period_and_may_exceed_it() {
         "ok.toml",
     )
     .unwrap();
-    assert!(
-        matches!(s.tasks[0].behaviour, Behaviour::Periodic { deadline, offset: 0, jobs: None, .. } if deadline == 10 * MS)
-    );
+    assert!(matches!(s.tasks[0].behaviour, Behaviour::Periodic { deadline, offset: 0, jobs: None, .. } if deadline == 10 * MS));
     assert!(matches!(s.tasks[1].behaviour, Behaviour::Periodic { deadline, .. } if deadline == 25 * MS));
 }
 
@@ -346,34 +328,18 @@ fn missing_required_keys() {
     assert_err(&with("[[task]]\nbehaviour = { kind = \"cpu\" }\n"), 4, "missing required key `name`");
     assert_err(&with("[[task]]\nname = \"a\"\n"), 4, "missing required key `behaviour`");
     assert_err(&with("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\n"), 4, "missing required key `usage`");
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", exec = \"1ms\" }\n"),
-        6,
-        "needs key `period`",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", exec = \"1ms\" }\n"), 6, "needs key `period`");
     assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"io\", run = \"1ms\" }\n"), 6, "needs key `sleep`");
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"handler\", vector = 1 }\n"),
-        6,
-        "needs key `work`",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"handler\", vector = 1 }\n"), 6, "needs key `work`");
 }
 
 #[test]
 fn unknown_keys_everywhere() {
     assert_err("until = \"1s\"\nbogus = 1\n[machine]\ncpus = 2\n", 2, "unknown key `bogus`");
     assert_err(&with("bogus = 1\n"), 4, "unknown key `bogus`, expected one of `cpus`");
-    assert_err(
-        &with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = \"1us\"\nbogus = 1\n"),
-        7,
-        "unknown key `bogus`",
-    );
+    assert_err(&with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = \"1us\"\nbogus = 1\n"), 7, "unknown key `bogus`");
     assert_err(&with("[default]\npolicy = \"rr\"\nbogus = 1\n"), 6, "unknown key `bogus`");
-    assert_err(
-        &with("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = { reserved = 0.5 }\nbogus = 1\n"),
-        8,
-        "unknown key `bogus`",
-    );
+    assert_err(&with("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = { reserved = 0.5 }\nbogus = 1\n"), 8, "unknown key `bogus`");
     assert_err(
         &with("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = { hard_time = { cpus = [0], util = 0.3, bogus = 1 } }\n"),
         7,
@@ -425,32 +391,12 @@ fn durations_need_units_and_must_not_be_negative() {
         6,
         "a unit is needed",
     );
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", period = \"-10ms\", exec = \"1ms\" }\n"),
-        6,
-        "negative",
-    );
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", period = -10, exec = \"1ms\" }\n"),
-        6,
-        "negative",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", period = \"-10ms\", exec = \"1ms\" }\n"), 6, "negative");
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"periodic\", period = -10, exec = \"1ms\" }\n"), 6, "negative");
     assert_err(&with("[[task]]\nname = \"a\"\nstart = \"-1s\"\nbehaviour = { kind = \"cpu\" }\n"), 6, "negative");
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"io\", run = { exp = \"-1ms\" }, sleep = \"1ms\" }\n"),
-        6,
-        "negative",
-    );
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nstart = \"5 parsecs\"\nbehaviour = { kind = \"cpu\" }\n"),
-        6,
-        "unknown unit",
-    );
-    assert_err(
-        &with("[[task]]\nname = \"a\"\nstart = true\nbehaviour = { kind = \"cpu\" }\n"),
-        6,
-        "duration string with a unit",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"io\", run = { exp = \"-1ms\" }, sleep = \"1ms\" }\n"), 6, "negative");
+    assert_err(&with("[[task]]\nname = \"a\"\nstart = \"5 parsecs\"\nbehaviour = { kind = \"cpu\" }\n"), 6, "unknown unit");
+    assert_err(&with("[[task]]\nname = \"a\"\nstart = true\nbehaviour = { kind = \"cpu\" }\n"), 6, "duration string with a unit");
     assert_err("until = \"0s\"\n[machine]\ncpus = 2\n", 1, "until must be greater than 0");
 }
 
@@ -481,21 +427,11 @@ fn machine_checks() {
 
 #[test]
 fn uniform_lo_above_hi_refused() {
-    let e = assert_err(
-        &with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"50us\", \"5us\"] }\n"),
-        6,
-        "lo <= hi",
-    );
+    let e = assert_err(&with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"50us\", \"5us\"] }\n"), 6, "lo <= hi");
     assert!(e.msg.contains("lo (50us) greater than hi (5us)"), "{e}");
+    assert_err(&with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"5us\"] }\n"), 6, "exactly two durations");
     assert_err(
-        &with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"5us\"] }\n"),
-        6,
-        "exactly two durations",
-    );
-    assert_err(
-        &with(
-            "[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"5us\", \"6us\"], exp = \"1us\" }\n",
-        ),
+        &with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = { uniform = [\"5us\", \"6us\"], exp = \"1us\" }\n"),
         6,
         "exactly one key",
     );
@@ -532,11 +468,7 @@ fn usage_checks() {
 #[test]
 fn policy_checks() {
     assert_err(&with("[default]\npolicy = \"cfs\"\n"), 5, "unknown policy 'cfs'");
-    assert_err(
-        &with("[[scheduler]]\nname = \"a\"\npolicy = \"cfs\"\nusage = { reserved = 0.5 }\n"),
-        6,
-        "unknown policy 'cfs'",
-    );
+    assert_err(&with("[[scheduler]]\nname = \"a\"\npolicy = \"cfs\"\nusage = { reserved = 0.5 }\n"), 6, "unknown policy 'cfs'");
     // Parameter errors point at the parameter.
     let e = assert_err(&with("[default]\npolicy = \"rr\"\nparams = { quantum = 10 }\n"), 6, "quantum");
     assert_eq!(e.col, 22);
@@ -552,25 +484,23 @@ fn name_checks() {
         9,
         "duplicate scheduler name 'a' (also defined at line 5)",
     );
+    assert_err(&with("[[scheduler]]\nname = \"default\"\npolicy = \"rr\"\nusage = { reserved = 0.5 }\n"), 5, "default scheduler's name");
     assert_err(
-        &with("[[scheduler]]\nname = \"default\"\npolicy = \"rr\"\nusage = { reserved = 0.5 }\n"),
-        5,
-        "default scheduler's name",
+        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"cpu\" }\n[[task]]\nname = \"a\"\nbehaviour = { kind = \"cpu\" }\n"),
+        8,
+        "duplicate task name 'a'",
     );
-    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"cpu\" }\n[[task]]\nname = \"a\"\nbehaviour = { kind = \"cpu\" }\n"), 8, "duplicate task name 'a'");
     // After count expansion.
     let e = assert_err(
-        &with("[[task]]\nname = \"a\"\ncount = 2\nbehaviour = { kind = \"cpu\" }\n[[task]]\nname = \"a.1\"\nbehaviour = { kind = \"cpu\" }\n"),
+        &with(
+            "[[task]]\nname = \"a\"\ncount = 2\nbehaviour = { kind = \"cpu\" }\n[[task]]\nname = \"a.1\"\nbehaviour = { kind = \"cpu\" }\n",
+        ),
         9,
         "duplicate task name 'a.1'",
     );
     assert!(e.msg.contains("line 5"), "{e}");
     assert_err(&with("[[task]]\nname = \"\"\nbehaviour = { kind = \"cpu\" }\n"), 5, "must not be empty");
-    assert_err(
-        &with("[[task]]\nname = \"a\"\ncount = 0\nbehaviour = { kind = \"cpu\" }\n"),
-        6,
-        "count must be between 1",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\ncount = 0\nbehaviour = { kind = \"cpu\" }\n"), 6, "count must be between 1");
 }
 
 #[test]
@@ -581,27 +511,13 @@ fn task_reference_checks() {
         "scheduler 'rt', which does not exist",
     );
     assert!(e.msg.contains("'default'"), "{e}");
-    assert_err(
-        &with("[[task]]\nname = \"a\"\naffinity = [0, 2]\nbehaviour = { kind = \"cpu\" }\n"),
-        6,
-        "affinity CPU 2 is out of range",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\naffinity = [0, 2]\nbehaviour = { kind = \"cpu\" }\n"), 6, "affinity CPU 2 is out of range");
     assert_err(&with("[[task]]\nname = \"a\"\naffinity = []\nbehaviour = { kind = \"cpu\" }\n"), 6, "at least one CPU");
     assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"spin\" }\n"), 6, "unknown behaviour kind 'spin'");
-    let script = |phase: &str| {
-        with(&format!("[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"script\", phases = [{phase}] }}\n"))
-    };
-    assert_err(
-        &script("{ hand_off = { to = \"ghost\", sleep = \"1ms\" } }"),
-        6,
-        "hand_off names task 'ghost', which does not exist",
-    );
+    let script = |phase: &str| with(&format!("[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"script\", phases = [{phase}] }}\n"));
+    assert_err(&script("{ hand_off = { to = \"ghost\", sleep = \"1ms\" } }"), 6, "hand_off names task 'ghost', which does not exist");
     assert_err(&script("{ hand_off = { to = \"a\", sleep = \"1ms\" } }"), 6, "cannot hand off to itself");
-    assert_err(
-        &script("{ send = { to = \"ghost\", request = \"join\" } }"),
-        6,
-        "send names scheduler 'ghost', which does not exist",
-    );
+    assert_err(&script("{ send = { to = \"ghost\", request = \"join\" } }"), 6, "send names scheduler 'ghost', which does not exist");
     assert_err(&script("{ join = \"ghost\" }"), 6, "join names scheduler 'ghost'");
     assert_err(&script("{ send = { to = \"default\", request = \"fly\" } }"), 6, "unknown request 'fly'");
     assert_err(&script("{ send = { to = \"default\", request = \"warp\" } }"), 6, "needs key `on`");
@@ -609,15 +525,9 @@ fn task_reference_checks() {
     assert_err(&script("{ yield = false }"), 6, "yield = true");
     assert_err(&script("{ }"), 6, "empty phase");
     assert_err(&script("{ run = \"1ms\", sleep = \"1ms\" }"), 6, "exactly one key");
+    assert_err(&with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"script\", phases = [] }\n"), 6, "at least one phase");
     assert_err(
-        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"script\", phases = [] }\n"),
-        6,
-        "at least one phase",
-    );
-    assert_err(
-        &with(
-            "[[task]]\nname = \"a\"\nbehaviour = { kind = \"script\", repeat = true, phases = [{ yield = true }] }\n",
-        ),
+        &with("[[task]]\nname = \"a\"\nbehaviour = { kind = \"script\", repeat = true, phases = [{ yield = true }] }\n"),
         6,
         "loops forever",
     );
@@ -625,9 +535,7 @@ fn task_reference_checks() {
 
 #[test]
 fn scheduler_times() {
-    let s = |times: &str| {
-        with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = {{ reserved = 0.5 }}\n{times}"))
-    };
+    let s = |times: &str| with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = {{ reserved = 0.5 }}\n{times}"));
     assert_err(&s("load_at = \"2s\"\nunload_at = \"2s\"\n"), 9, "unload_at (2s) must be later than load_at (2s)");
     assert_err(&s("load_at = \"2s\"\nunload_at = \"1s\"\n"), 9, "must be later than load_at");
     assert_err(&s("unload_at = \"0s\"\n"), 8, "must be later than load_at");
@@ -667,11 +575,7 @@ fn columns_count_characters() {
     // A multi-byte character before the error must count as one column.
     let e = assert_err("name = \"µ\"; until = \"1s\"\n", 1, "");
     assert!(e.col >= 1);
-    let e = assert_err(
-        &with("[[task]]\nname = \"ü\"\nbehaviour = { kind = \"cpu\", period = \"1s\" }\n"),
-        6,
-        "unknown key `period`",
-    );
+    let e = assert_err(&with("[[task]]\nname = \"ü\"\nbehaviour = { kind = \"cpu\", period = \"1s\" }\n"), 6, "unknown key `period`");
     assert_eq!(e.col, 38);
 }
 
@@ -731,25 +635,21 @@ fn hostile_values_never_panic() {
             let _ = parse_scenario(&with(&format!("[[task]]\nname = \"a\"\n{key} = {v}\n")), "h.toml");
         }
         for key in ["work", "period", "exec", "deadline", "offset", "jobs", "vector", "phases", "repeat"] {
+            let _ =
+                parse_scenario(&with(&format!("[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"periodic\", {key} = {v} }}\n")), "h.toml");
             let _ = parse_scenario(
-                &with(&format!("[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"periodic\", {key} = {v} }}\n")),
-                "h.toml",
-            );
-            let _ = parse_scenario(
-                &with(&format!(
-                    "[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"script\", phases = [{{ {key} = {v} }}] }}\n"
-                )),
+                &with(&format!("[[task]]\nname = \"a\"\nbehaviour = {{ kind = \"script\", phases = [{{ {key} = {v} }}] }}\n")),
                 "h.toml",
             );
         }
         for key in ["usage", "params", "load_at", "unload_at"] {
-            let _ = parse_scenario(
-                &with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\n{key} = {v}\n")),
-                "h.toml",
-            );
+            let _ = parse_scenario(&with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\n{key} = {v}\n")), "h.toml");
         }
         let _ = parse_scenario(&with(&format!("[default]\nparams = {{ quantum = {v} }}\n")), "h.toml");
-        let _ = parse_scenario(&with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = {{ hard_time = {{ cpus = {v}, util = {v} }} }}\n")), "h.toml");
+        let _ = parse_scenario(
+            &with(&format!("[[scheduler]]\nname = \"a\"\npolicy = \"rr\"\nusage = {{ hard_time = {{ cpus = {v}, util = {v} }} }}\n")),
+            "h.toml",
+        );
     }
     // Deep nesting stays within the TOML parser's recursion limit.
     let deep = format!("until = {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
@@ -757,11 +657,7 @@ fn hostile_values_never_panic() {
     let deep = format!("until = {}\n", "{ a = ".repeat(5_000));
     assert!(parse_scenario(&deep, "d.toml").is_err());
     // Huge counts are refused before anything is allocated for them.
-    assert_err(
-        &with("[[task]]\nname = \"a\"\ncount = 9223372036854775807\nbehaviour = { kind = \"cpu\" }\n"),
-        6,
-        "count must be between",
-    );
+    assert_err(&with("[[task]]\nname = \"a\"\ncount = 9223372036854775807\nbehaviour = { kind = \"cpu\" }\n"), 6, "count must be between");
 }
 
 proptest! {

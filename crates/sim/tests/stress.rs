@@ -30,8 +30,7 @@ use rand_chacha::ChaCha8Rng;
 use vassal_core::{CpuId, CpuSet, Ns, Request, TaskParams, Usage, MS, SEC, US};
 use vassal_policies::ParamValue;
 use vassal_sim::model::{
-    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec,
-    SendSpec, TaskSpec, Unscheduled,
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec, Unscheduled,
 };
 use vassal_sim::{Report, Sim};
 
@@ -40,7 +39,8 @@ const TASKS: usize = 1000;
 const DEFAULT: &str = "default";
 /// The schedulers besides the default: name, policy, usage, and the cycle on which each
 /// is registered and unregistered (period, time registered in each period, offset).
-const CYCLES: [(&str, Ns, Ns, Ns); 3] = [("rt", 7 * SEC, 5 * SEC, 300 * MS), ("res", 5 * SEC, 3 * SEC, SEC), ("share", 3 * SEC, 2 * SEC, 1500 * MS)];
+const CYCLES: [(&str, Ns, Ns, Ns); 3] =
+    [("rt", 7 * SEC, 5 * SEC, 300 * MS), ("res", 5 * SEC, 3 * SEC, SEC), ("share", 3 * SEC, 2 * SEC, 1500 * MS)];
 
 fn horizons() -> (Ns, Ns) {
     if let Some(s) = std::env::var("VASSAL_STRESS_SECS").ok().and_then(|s| s.parse::<u64>().ok()) {
@@ -177,9 +177,8 @@ fn stress_scenario(until: Ns, seed: u64) -> Scenario {
             }
         })
         .collect();
-    let interrupts = (0..4)
-        .map(|v| InterruptSpec { vector: v, every: Dist::Exp((10 + v as u64 * 10) * MS), start: 0, warp: v % 2 == 0 })
-        .collect();
+    let interrupts =
+        (0..4).map(|v| InterruptSpec { vector: v, every: Dist::Exp((10 + v as u64 * 10) * MS), start: 0, warp: v % 2 == 0 }).collect();
     Scenario {
         name: "stress".into(),
         machine: Machine {

@@ -144,7 +144,10 @@ fn bad_sweeps_are_refused_naming_the_file_and_what() {
         // top-level keys first, then the base's tables
         let (top, rest) = sweep.split_at(sweep.find("[[").unwrap_or(0).min(sweep.find("[plot]").unwrap_or(usize::MAX)));
         let has_expect = rest.contains("[[expect]]");
-        let text = format!("{top}{TWO}{rest}{}", if has_expect { "" } else { "[[expect]]\nid = \"x\"\nmetric = \"1\"\npaper = 0\ntolerance = 1\nwhy = \"x\"\n" });
+        let text = format!(
+            "{top}{TWO}{rest}{}",
+            if has_expect { "" } else { "[[expect]]\nid = \"x\"\nmetric = \"1\"\npaper = 0\ntolerance = 1\nwhy = \"x\"\n" }
+        );
         let p = write(&format!("bad{i}.toml"), &text);
         let e = run_experiment(&p).unwrap_err();
         assert!(e.contains(want) && e.contains(&format!("bad{i}.toml")), "{want}: {e}");
@@ -225,8 +228,12 @@ fn the_output_does_not_depend_on_the_threads() {
 
 #[test]
 fn a_base_file_holds_the_scenario() {
-    let base = write("base-scenario.toml", &format!("{BASE}[[expect]]\nid = \"ignored\"\nmetric = \"x\"\npaper = 0\ntolerance = 0\nwhy = \"x\"\n"));
-    let text = "base = \"base-scenario.toml\"\nmetrics = [\"group.hog.cpu_frac.max\"]\n[[axis]]\npath = \"task.hog.count\"\nvalues = [1, 2, 4]\n";
+    let base = write(
+        "base-scenario.toml",
+        &format!("{BASE}[[expect]]\nid = \"ignored\"\nmetric = \"x\"\npaper = 0\ntolerance = 0\nwhy = \"x\"\n"),
+    );
+    let text =
+        "base = \"base-scenario.toml\"\nmetrics = [\"group.hog.cpu_frac.max\"]\n[[axis]]\npath = \"task.hog.count\"\nvalues = [1, 2, 4]\n";
     let sweep = Sweep::load(&write("with-base.toml", text)).unwrap();
     assert_eq!(Path::new(&sweep.base_file), base.as_path());
     assert_eq!(sweep.axes[0].values.iter().map(|v| v.x).collect::<Vec<_>>(), [Some(1.0), Some(2.0), Some(4.0)]);

@@ -38,9 +38,8 @@ use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 
 pub use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt,
-    Refusal, Reply, Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS,
-    NS, SEC, US,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request,
+    SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS, NS, SEC, US,
 };
 
 /// The ABI version this SDK speaks (the host refuses another).
@@ -699,18 +698,7 @@ macro_rules! export_policy {
         }
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub extern "C" fn vassal_message(
-            now: i64,
-            from: i64,
-            uid: i32,
-            task: i32,
-            kind: i32,
-            a: i64,
-            b: i64,
-            c: i64,
-            util: f64,
-            len: i32,
-        ) {
+        pub extern "C" fn vassal_message(now: i64, from: i64, uid: i32, task: i32, kind: i32, a: i64, b: i64, c: i64, util: f64, len: i32) {
             $crate::rt::message(now, from, uid, task, kind, a, b, c, util, len)
         }
         #[no_mangle]

@@ -251,10 +251,7 @@ impl Policy for TestPolicy {
             return None;
         }
         let q = self.queue.lock().unwrap();
-        q.iter()
-            .copied()
-            .find(|&t| ctx.state(t) == TaskState::Runnable && ctx.allowed(t, cpu))
-            .map(|task| Decision { task, slice })
+        q.iter().copied().find(|&t| ctx.state(t) == TaskState::Runnable && ctx.allowed(t, cpu)).map(|task| Decision { task, slice })
     }
 
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {

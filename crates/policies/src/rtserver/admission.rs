@@ -91,10 +91,9 @@ impl std::fmt::Display for Failure {
             Failure::Eq2 { cpu, lhs, rhs } => {
                 write!(f, "CPU {cpu}: eq. 2 fails: p_m = {lhs} ns < e_m + max e_i = {rhs} ns")
             }
-            Failure::Eq3 { cpu, task, lhs, rhs } => write!(
-                f,
-                "CPU {cpu}: eq. 3 fails for {task}: p_i = {lhs} ns < e_i + max e_j + Σ e_j·F(p_i − e_j, p_j) = {rhs} ns"
-            ),
+            Failure::Eq3 { cpu, task, lhs, rhs } => {
+                write!(f, "CPU {cpu}: eq. 3 fails for {task}: p_i = {lhs} ns < e_i + max e_j + Σ e_j·F(p_i − e_j, p_j) = {rhs} ns")
+            }
             Failure::Table { cpu, task } => {
                 write!(f, "CPU {cpu}: no dispatch table: {task} would miss a deadline in the slotted schedule")
             }
@@ -136,7 +135,7 @@ pub fn eqs_2_3(cpu: u16, set: &[Job]) -> Result<(), Failure> {
     let mut s: Vec<&Job> = set.iter().collect();
     s.sort_by(|a, b| b.p.cmp(&a.p).then(b.seq.cmp(&a.seq)).then(b.task.cmp(&a.task)));
     let m = s.len() - 1; // 0-based index of the m-th
-    // eq. 2: p_m ≥ e_m + max_{i<m} e_i
+                         // eq. 2: p_m ≥ e_m + max_{i<m} e_i
     let max_before = s[..m].iter().map(|j| j.e).max().unwrap_or(0);
     let rhs2 = s[m].e as u128 + max_before as u128;
     if (s[m].p as u128) < rhs2 {
@@ -209,11 +208,7 @@ impl Broker {
     /// Σ e_i / p_i over all reservations (except `without`), exactly: numerator over the
     /// frame (every period divides it).
     fn util_num(&self, without: Option<TaskId>) -> u128 {
-        self.res
-            .values()
-            .filter(|r| Some(r.task) != without)
-            .map(|r| r.e as u128 * (self.frame / r.p) as u128)
-            .sum()
+        self.res.values().filter(|r| Some(r.task) != without).map(|r| r.e as u128 * (self.frame / r.p) as u128).sum()
     }
 
     /// Reservable CPU left: r·N − Σ e_i/p_i, in CPUs, as a reduced fraction.

@@ -46,8 +46,7 @@ pub mod table;
 use std::collections::VecDeque;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Reply, Request, Sender, TaskId,
-    TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
 };
 
 pub use admission::{Broker, Failure, Mode, Rejection, Reservation};
@@ -569,23 +568,10 @@ pub fn build(p: &mut Params) -> Result<RtServer, String> {
     let overrun_window = p.int("overrun_window", 10, 1..=10_000)? as usize;
     let overrun_periods = p.int("overrun_periods", 3, 0..=10_000)? as usize;
     if overrun_periods >= overrun_window {
-        return Err(format!(
-            "{k} parameter 'overrun_periods': {overrun_periods} must be less than overrun_window ({overrun_window})"
-        ));
+        return Err(format!("{k} parameter 'overrun_periods': {overrun_periods} must be less than overrun_window ({overrun_window})"));
     }
     let overrun_cap = p.duration("overrun_cap", slot)?;
-    Ok(RtServer::new(Config {
-        slot,
-        frame,
-        r_num,
-        r_den,
-        cpus,
-        mode,
-        overrun_pct,
-        overrun_periods,
-        overrun_window,
-        overrun_cap,
-    }))
+    Ok(RtServer::new(Config { slot, frame, r_num, r_den, cpus, mode, overrun_pct, overrun_periods, overrun_window, overrun_cap }))
 }
 
 impl Policy for RtServer {

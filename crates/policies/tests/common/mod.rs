@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
-    Request, SchedId, Sender, TaskId, TaskParams, TaskState, Usage, Wake, MS,
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply, Request, SchedId, Sender,
+    TaskId, TaskParams, TaskState, Usage, Wake, MS,
 };
 
 /// One accepted decision.
@@ -95,11 +95,8 @@ impl Sim {
 
     fn started(&mut self, cpu: CpuId, d: Option<Dispatched>) {
         if let Some(d) = d {
-            let elsewhere = self
-                .running
-                .iter()
-                .enumerate()
-                .any(|(c, r)| c != cpu.0 as usize && r.as_ref().is_some_and(|r| r.task == d.task));
+            let elsewhere =
+                self.running.iter().enumerate().any(|(c, r)| c != cpu.0 as usize && r.as_ref().is_some_and(|r| r.task == d.task));
             self.overlaps += elsewhere as usize;
         }
         self.running[cpu.0 as usize] = d.map(|d| {
@@ -156,12 +153,7 @@ impl Sim {
     /// when several expire at once).
     pub fn run_until(&mut self, until: Ns) {
         loop {
-            let next = self
-                .running
-                .iter()
-                .enumerate()
-                .filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c)))
-                .min();
+            let next = self.running.iter().enumerate().filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c))).min();
             match next {
                 Some((at, c)) if at <= until => {
                     self.now = at;
@@ -278,10 +270,7 @@ impl vassal_core::TaskView for FakeView {
         None
     }
     fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
-        self.states
-            .iter()
-            .position(|s| *s == vassal_core::TaskState::Running(cpu))
-            .map(|i| TaskId(i as u32))
+        self.states.iter().position(|s| *s == vassal_core::TaskState::Running(cpu)).map(|i| TaskId(i as u32))
     }
 }
 
@@ -363,8 +352,7 @@ pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
         assert_eq!(s.d.stats().refused, 0, "step {step}: a decision was refused");
         for c in 0..3u16 {
             if s.running_task(c).is_none() {
-                let waiting =
-                    tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
+                let waiting = tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
                 assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
             }
         }

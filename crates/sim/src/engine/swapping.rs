@@ -153,7 +153,12 @@ impl Sim {
             let started = sw.imgs[i].state != ProcState::NotStarted;
             let alive = started && self.disp.state(t.id) != vassal_core::TaskState::Dead;
             if alive && self.disp.is_loaded(t.id) != sw.loaded(i) {
-                return Err(format!("task {}: dispatcher loaded {} but swapper {}", self.sc.tasks[i].name, self.disp.is_loaded(t.id), sw.loaded(i)));
+                return Err(format!(
+                    "task {}: dispatcher loaded {} but swapper {}",
+                    self.sc.tasks[i].name,
+                    self.disp.is_loaded(t.id),
+                    sw.loaded(i)
+                ));
             }
             if alive && !sw.loaded(i) {
                 if let vassal_core::TaskState::Running(c) = self.disp.state(t.id) {

@@ -94,9 +94,9 @@ impl Policy for Broken {
                 }
                 Fail::NotYours => {
                     // Any live runnable task some other scheduler owns.
-                    let other = (0..4096u32).map(TaskId).find(|&t| {
-                        ctx.owner(t).is_some_and(|o| o != ctx.sched()) && ctx.state(t) == TaskState::Runnable
-                    });
+                    let other = (0..4096u32)
+                        .map(TaskId)
+                        .find(|&t| ctx.owner(t).is_some_and(|o| o != ctx.sched()) && ctx.state(t) == TaskState::Runnable);
                     if let Some(t) = other {
                         return Some(Decision::run(t, 10 * MS));
                     }
