@@ -62,6 +62,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let wchan = kernel::use_wchan();
     let now = kernel::now_ns();
     let mut agent = Agent::new(cfg.clone(), ledger, now)?;
+    agent.set_guardian(guardian.pid);
     // The event source, chosen after the guardian was forked (it holds no BPF fd).
     let polling = format!("polling /proc/TID/{}", if wchan { "wchan" } else { "stat" });
     let source = match cfg.events {

@@ -110,7 +110,9 @@ pub fn serve(listener: UnixListener, shared: Arc<Shared>) {
             break;
         }
         let Ok(mut conn) = conn else { continue };
-        let Ok((pid, uid, _)) = kernel::peer_cred(&conn) else { continue };
+        let Ok((pid, uid, _)) = kernel::peer_cred(&conn) else {
+            continue;
+        };
         if shared.clients.fetch_add(1, Ordering::AcqRel) >= max {
             shared.clients.fetch_sub(1, Ordering::AcqRel);
             let _ = conn.write_all(wire::encode(&Answer::refused(format!("too many clients (at most {max})"))).as_bytes());
@@ -128,7 +130,9 @@ pub fn serve(listener: UnixListener, shared: Arc<Shared>) {
 }
 
 fn client(conn: UnixStream, caller: Caller, shared: &Shared) {
-    let Ok(mut out) = conn.try_clone() else { return };
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(conn);
     let mut buf = Vec::new();
     loop {
@@ -169,16 +173,40 @@ fn may_touch(caller: Caller, pid: i32) -> Result<(), String> {
     }
 }
 
-/// The ceiling rule for one parameter (see the module documentation).
+/// How much a parameter's value gives, as a number that grows with privilege: more
+/// `weight`, `warp` or `warp_limit` is more (and a `warp_limit` of 0, no limit, is the
+/// most of all); a shorter `unwarp` time requirement (BVT §2.2) lets a task warp more
+/// often, so less `unwarp` is more.
+fn privilege(name: &str, value: i64) -> i128 {
+    match name {
+        "warp_limit" if value <= 0 => i128::MAX,
+        "unwarp" => -(value as i128),
+        _ => value as i128,
+    }
+}
+
+/// The ceiling rule for one parameter (see the module documentation): a non-root caller
+/// may set a value up to the ceiling's privilege, or any value less privileged than the
+/// task's current one. A warp time limit is never unlimited for them, and is at most
+/// `max_warp_limit` (the `warp_limit` ceiling, 10 ms if none is configured).
 fn check_ceiling(agent: &Agent, caller: Caller, pid: i32, name: &str, value: i64) -> Result<(), String> {
     if caller.uid == 0 {
         return Ok(());
     }
+    let ceiling = match name {
+        "warp_limit" => Some(agent.cfg.max_warp_limit.min(i64::MAX as u64) as i64),
+        _ => agent.cfg.ceilings.get(name).copied(),
+    };
+    let p = privilege(name, value);
     let current = agent.param(pid, name);
-    match agent.cfg.ceilings.get(name) {
-        Some(&c) if value <= c => Ok(()),
-        _ if current.is_some_and(|cur| value <= cur) => Ok(()),
-        Some(&c) => Err(format!("{name} {value} is above the ceiling of {c} for non-root users")),
+    match ceiling {
+        Some(c) if p <= privilege(name, c) => Ok(()),
+        _ if current.is_some_and(|cur| p <= privilege(name, cur)) => Ok(()),
+        Some(c) if name == "warp_limit" => {
+            Err(format!("warp_limit {value}: a non-root user's warp time limit must be between 1 and {c} ns (0, no limit, is root's only)"))
+        }
+        Some(c) if name == "unwarp" => Err(format!("unwarp {value} is below the floor of {c} for non-root users")),
+        Some(c) => Err(format!("{name} {value} is above the ceiling of {c} for non-root users")),
         None => Err(format!("only root may set {name} (no ceiling is configured for it)")),
     }
 }
@@ -212,10 +240,14 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
     }
     let now = kernel::now_ns;
     match call {
-        Call::Join { pid, sched, params } => shared.run(|a| {
+        Call::Join { pid, sched, mut params } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
             for (k, v) in &params {
                 check_ceiling(a, caller, pid, k, *v)?;
+            }
+            // A non-root user's warp always has a finite limit: theirs, else the ceiling.
+            if caller.uid != 0 && params.get("warp").is_some_and(|&w| w > 0) && a.param(pid, "warp_limit").is_none() {
+                params.entry("warp_limit".into()).or_insert(a.cfg.max_warp_limit.min(i64::MAX as u64) as i64);
             }
             let sched = match sched {
                 None => None,
@@ -300,6 +332,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     bpf_events: a.bpf_events,
                     replayed_runs: a.replayed_runs,
                     bounds_fired: a.bounds_fired,
+                    backstop_refused: a.backstop_refused,
                 }))
             })
         }

@@ -193,6 +193,9 @@ struct Raw {
     best_effort_run: Option<BestEffortRun>,
     max_clients: Option<usize>,
     events: Option<EventsMode>,
+    max_rt_per_uid: Option<f64>,
+    rt_window: Option<String>,
+    rt_backstop: Option<String>,
     #[serde(default)]
     default: Option<DefaultSpec>,
     #[serde(default)]
@@ -217,9 +220,26 @@ pub struct Config {
     /// The event source (`events`).
     pub events: EventsMode,
     pub default: DefaultSpec,
-    /// Per task parameter, the largest value a non-root caller may set (BVT §6.3.2's
-    /// nice semantics). A parameter with no ceiling may be set by root only.
+    /// Per task parameter, the most privileged value a non-root caller may set (BVT
+    /// §6.3.2's nice semantics): the largest `weight`, `warp` or `warp_limit` (whose 0, no
+    /// limit, is never theirs), the smallest `unwarp`. A parameter with no ceiling may be
+    /// set by root only.
     pub ceilings: BTreeMap<String, i64>,
+    /// The longest warp time limit a non-root user's task gets (`ceilings.warp_limit`,
+    /// else 10 ms): a warped task of theirs always has a finite limit, this one when they
+    /// gave none.
+    pub max_warp_limit: Ns,
+    /// The real-time CPU one non-root uid may obtain, in millionths of one CPU
+    /// (`max_rt_per_uid`, in CPUs): their reservations together are admitted up to it,
+    /// and all their tasks' real-time CPU is charged to a budget refilled at this rate
+    /// (crate::budget).
+    pub max_rt_per_uid_ppm: u64,
+    /// The window of every real-time budget: a budget holds at most rate × window.
+    pub rt_window: Ns,
+    /// RLIMIT_RTTIME given to non-root processes the agent manages: the kernel's own
+    /// bound on real-time CPU used without blocking (SIGXCPU at it, SIGKILL at twice it),
+    /// should the agent fail to demote a task.
+    pub rt_backstop: Ns,
     pub schedulers: Vec<SchedSpec>,
     /// A Chrome trace of the agent's decisions (`vassal agent --trace FILE`, not a key of
     /// the file).
@@ -276,6 +296,17 @@ impl Config {
                 "priorities must satisfy run_priority + 1 < dispatcher_priority < guardian_priority (got {run_priority}, {dispatcher_priority}, {guardian_priority})"
             ));
         }
+        let max_rt_per_uid = raw.max_rt_per_uid.unwrap_or(0.5);
+        if !(max_rt_per_uid.is_finite() && (0.0..=64.0).contains(&max_rt_per_uid)) {
+            return Err(format!("max_rt_per_uid {max_rt_per_uid}: must be a number of CPUs between 0 and 64"));
+        }
+        let rt_window = match &raw.rt_window {
+            None => 200 * MS,
+            Some(s) => parse_duration(s).map_err(|e| format!("rt_window: {e}"))?,
+        };
+        if !(10 * MS..=10 * vassal_core::SEC).contains(&rt_window) {
+            return Err(format!("rt_window {}: must be between 10ms and 10s", vassal_core::fmt_duration(rt_window)));
+        }
         let mut ceilings = BTreeMap::new();
         for (k, v) in &raw.ceilings {
             let n = match v {
@@ -284,6 +315,28 @@ impl Config {
                 other => return Err(format!("ceilings.{k}: expected an integer or a duration, found {other:?}")),
             };
             ceilings.insert(k.clone(), n);
+        }
+        let max_warp_limit = match ceilings.get("warp_limit") {
+            Some(&l) if l > 0 => l as Ns,
+            Some(l) => return Err(format!("ceilings.warp_limit {l}: must be a positive duration (0 would mean no limit)")),
+            None => 10 * MS,
+        };
+        let max_rt_per_uid_ppm = (max_rt_per_uid * CPU_PPM as f64).round() as u64;
+        let rt_backstop = match &raw.rt_backstop {
+            None => 500 * MS,
+            Some(s) => parse_duration(s).map_err(|e| format!("rt_backstop: {e}"))?,
+        };
+        // The backstop must never catch a task the agent runs within its grants: the
+        // longest real-time run without a block it allows is a warp episode or a uid's
+        // whole budget, and the kernel counts in ticks (up to 10 ms at HZ = 100).
+        let uid_depth = (max_rt_per_uid_ppm as u128 * rt_window as u128 / CPU_PPM as u128) as Ns;
+        let least = max_warp_limit.max(uid_depth) + 100 * MS;
+        if rt_backstop < least {
+            return Err(format!(
+                "rt_backstop {}: must be at least {} (the longest real-time run the agent grants a non-root task, max(ceilings.warp_limit, max_rt_per_uid × rt_window), plus 100ms)",
+                vassal_core::fmt_duration(rt_backstop),
+                vassal_core::fmt_duration(least)
+            ));
         }
         // BVT charges whole mcu per run (§2): with the paper's 10 ms a 4 ms video frame
         // is charged 10 ms and its warp is used up by overcharging within seconds. The
@@ -336,6 +389,10 @@ impl Config {
             events: raw.events.unwrap_or(EventsMode::Auto),
             default,
             ceilings,
+            max_warp_limit,
+            max_rt_per_uid_ppm,
+            rt_window,
+            rt_backstop,
             schedulers: raw.scheduler,
             trace: None,
         })

@@ -156,6 +156,47 @@ pub fn start_time(tid: i32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
 }
 
+/// The thread group (process) a task id belongs to (`Tgid:` of /proc/ID/status).
+pub fn tgid(tid: i32) -> io::Result<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Tgid line"))
+}
+
+/// Whether a task is a kernel thread (PF_KTHREAD in the flags of /proc/ID/stat).
+pub fn is_kernel_thread(tid: i32) -> io::Result<bool> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let text = std::fs::read_to_string(format!("/proc/{tid}/stat"))?;
+    let flags: u64 = stat_fields(&text)
+        .and_then(|f| f.get(6).and_then(|s| s.parse().ok()))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))?;
+    Ok(flags & PF_KTHREAD != 0)
+}
+
+/// A resource limit, soft and hard (RLIM_INFINITY: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rlimit {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// A process's RLIMIT_RTTIME (µs of real-time CPU without a blocking call).
+pub fn rttime(pid: i32) -> io::Result<Rlimit> {
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: prlimit writes one rlimit we own.
+    check(unsafe { libc::prlimit(pid, libc::RLIMIT_RTTIME, std::ptr::null(), &mut old) })?;
+    Ok(Rlimit { soft: old.rlim_cur, hard: old.rlim_max })
+}
+
+/// Sets a process's RLIMIT_RTTIME (root may lower and raise it).
+pub fn set_rttime(pid: i32, r: Rlimit) -> io::Result<()> {
+    let new = libc::rlimit { rlim_cur: r.soft, rlim_max: r.hard };
+    // SAFETY: prlimit reads one rlimit.
+    check(unsafe { libc::prlimit(pid, libc::RLIMIT_RTTIME, &new, std::ptr::null_mut()) })
+}
+
 /// The real and effective uid of a process.
 pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -393,5 +434,10 @@ mod tests {
         assert!(start_time(me).unwrap() > 0);
         assert!(CpuClock::of_process(me).unwrap().read().unwrap() > 0);
         assert!(threads(me).unwrap().contains(&me));
+        assert_eq!(tgid(me).unwrap(), me);
+        assert!(!is_kernel_thread(me).unwrap());
+        // kthreadd is pid 2 on Linux.
+        assert!(is_kernel_thread(2).unwrap());
+        assert_eq!(rttime(me).unwrap(), rttime(0).unwrap());
     }
 }

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod bpf;
 pub mod broker;
+pub mod budget;
 pub mod chrome;
 pub mod client;
 pub mod config;

@@ -13,9 +13,11 @@
 //! **Kernel state of a managed process** (recomputed after every change, applied only
 //! where it differs from what was applied last):
 //! - *selected* (the dispatcher runs it on CPU c): bound to c; SCHED_FIFO `run_priority`
-//!   if it is a real-time-class task, else as `best_effort_run` says (SCHED_OTHER by
-//!   default, so unmanaged time-sharing work keeps its share: paper 002's 1 − r);
-//! - *armed* (blocked, real-time class): bound to the CPU it last ran on at SCHED_FIFO
+//!   under a real-time grant with budget left (below), else SCHED_OTHER (so unmanaged
+//!   time-sharing work keeps its share: paper 002's 1 − r; `best_effort_run = "fifo"`
+//!   gives root's best-effort tasks FIFO) — or held, if it is exclusive to a loaded
+//!   scheduler whose declared share is spent;
+//! - *armed* (blocked, with a real-time grant): bound to the CPU it last ran on at SCHED_FIFO
 //!   `run_priority + 1`, so the instant it wakes the kernel dispatches it, ahead of
 //!   whatever the agent selected there — the agent only learns of the wake at its next
 //!   poll. This is "raising a task ahead of its release time": a task that sleeps until
@@ -38,8 +40,14 @@
 //!   *held*: up to one kernel tick per parking). Staying bound saves an affinity call at
 //!   each parking, and another when it is selected on that CPU again.
 //!
-//! A task is real-time class if it belongs to a loaded (non-default) scheduler or has a
-//! positive `warp` parameter (BVT §2.2's latency-sensitive tasks).
+//! **Real-time grants** (`rt_grant`, crate::budget; docs/agent.md, "Security model"). A
+//! selected task is real-time only under the grant of the scheduler that decided: a
+//! loaded scheduler's declared usage (paper 000 §8), or the default scheduler's warp (BVT
+//! §2.2: one episode, wake to block, of at most the warp time limit); a blocked one under
+//! the grant it would wake into. A non-root task's grants also draw on its uid's budget.
+//! CPU used while real-time is charged at the next read of the process's CPU clock; a
+//! timer on that clock fires when the budget left is used up, so a grant ends within one
+//! kernel tick of its budget whatever else happens.
 //!
 //! **Events** (`Source`; docs/agent.md, "Event source"). With BPF (crate::bpf) each
 //! block or wake of a managed thread arrives as an event that wakes the dispatcher; a
@@ -78,6 +86,7 @@ use vassal_core::{
     Wake, CPU_PPM, MS, SEC,
 };
 
+use crate::budget::Bucket;
 use crate::config::{to_params, BestEffortRun, Config};
 use crate::guardian::{Ledger, Slot};
 use crate::kernel::{self, CpuClock, StatFile, RESET_ON_FORK};
@@ -167,11 +176,42 @@ struct Managed {
     evented: bool,
     /// The earliest wake among them (its BPF time), for the wake-to-run latency.
     woke_at: Option<Ns>,
-    /// The bound on an armed process's unseen run: a timer on its CPU clock (BPF source).
+    /// A timer on its CPU clock: the bound on an armed process's unseen run (quiet wakes)
+    /// and the end of its real-time budget (crate::budget), whichever comes first.
     bound: Option<kernel::CpuTimer>,
     /// The CPU-clock value `bound` is set to fire at (0: disarmed).
     bound_at: u64,
+    /// The grant its real-time kernel state draws on now (None: not real-time).
+    rt: Option<RtBy>,
+    /// The grant it was real-time under at some time since its CPU clock was last read:
+    /// what the CPU used meanwhile is charged to (conservatively, all of it).
+    rt_since_read: Option<RtBy>,
+    /// Real-time CPU used since it last blocked: its warp episode (BVT §2.2).
+    episode_rt: Ns,
+    /// The share its reservations hold, ppm of one CPU (counted against
+    /// `max_rt_per_uid` for a non-root owner).
+    reserved_ppm: u64,
+    /// Its RLIMIT_RTTIME before the agent set the backstop (non-root processes), restored
+    /// when it is released.
+    rttime: Option<kernel::Rlimit>,
+    /// What its schedulers said about it lately (their logs: a reservation removed, a
+    /// warp limit reached), newest last, for `ctl tasks`.
+    notes: VecDeque<String>,
 }
+
+/// The grant under which a task is real-time (crate::budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RtBy {
+    /// A loaded scheduler's decision (or its exclusive task, armed): its declared usage.
+    Sched(SchedId),
+    /// A warped task of the default scheduler: its warp time limit per episode.
+    Warp,
+    /// `best_effort_run = "fifo"`, for a root-owned task.
+    BestEffort,
+}
+
+/// Notes kept per task for `ctl tasks`.
+const NOTES: usize = 4;
 
 impl Managed {
     /// Armed with quiet wakes: every thread's wakes are quiet in the BPF map (see "Quiet
@@ -242,6 +282,16 @@ pub struct Agent {
     last_pass: Ns,
     /// Some thread's kernel state could not be applied yet (retried at the next tick).
     unapplied: bool,
+    /// Real-time budgets (crate::budget): per loaded scheduler, per non-root uid.
+    sched_budgets: BTreeMap<u32, Bucket>,
+    uid_budgets: BTreeMap<u32, Bucket>,
+    /// The earliest time a budget that holds a task back from real time refills enough
+    /// (a pass then gives it back its kernel state).
+    throttled_until: Option<Ns>,
+    /// The guardian's pid: never managed, like the agent itself.
+    guardian_pid: i32,
+    /// The kernel refused RLIMIT_RTTIME on another user's process (`set_backstop`).
+    pub backstop_refused: bool,
 }
 
 /// How many ejections `status` remembers.
@@ -343,7 +393,17 @@ impl Agent {
             bounds_fired: 0,
             last_pass: now,
             unapplied: false,
+            sched_budgets: BTreeMap::new(),
+            uid_budgets: BTreeMap::new(),
+            throttled_until: None,
+            guardian_pid: 0,
+            backstop_refused: false,
         })
+    }
+
+    /// Names the guardian process (it is never managed).
+    pub fn set_guardian(&mut self, pid: i32) {
+        self.guardian_pid = pid;
     }
 
     /// Sets the event source (at start, before any process is managed).
@@ -433,6 +493,10 @@ impl Agent {
         if let Some(w) = self.disp.next_watchdog() {
             d = d.min(w);
         }
+        // A budget that held a task back from real time refills then.
+        if let Some(t) = self.throttled_until {
+            d = d.min(t);
+        }
         d
     }
 
@@ -467,8 +531,89 @@ impl Agent {
         }
     }
 
-    fn rt_class(&self, task: TaskId, m: &Managed) -> bool {
-        self.disp.owner(task) != Some(self.disp.default_sched()) || m.params.get("warp").is_some_and(|&w| w > 0)
+    /// The warp time limit the agent enforces on a warped task's episode: its own
+    /// `warp_limit`, and for a non-root owner never more than `max_warp_limit` (0, no
+    /// limit, is root's only). `Ns::MAX`: none.
+    fn warp_limit_of(&self, m: &Managed) -> Ns {
+        let own = m.params.get("warp_limit").copied().filter(|&l| l > 0).map(|l| l as Ns);
+        match (m.uid, own) {
+            (0, l) => l.unwrap_or(Ns::MAX),
+            (_, l) => l.unwrap_or(Ns::MAX).min(self.cfg.max_warp_limit),
+        }
+    }
+
+    /// The real-time grant `task` may hold now (crate::budget; docs/agent.md, "Security
+    /// model"), and the CPU it may still use under it. A selected task is real-time only
+    /// under the grant of the scheduler that decided: a loaded scheduler's (its declared
+    /// usage), or, for the default scheduler, its warp (a warp episode, bounded by the
+    /// warp time limit) — a task the default scheduler runs for a loaded scheduler that
+    /// deferred (a guest: a reservation holder outside its reservation, or one whose
+    /// reservation was removed) is best effort. A blocked task is armed under the grant it
+    /// would wake into. Every grant of a non-root task also draws on its uid's budget. A
+    /// grant whose budget is spent is withheld, and `throttled_until` says when it
+    /// refills; an outright `None` in the first place means not real-time at all.
+    fn rt_grant(&mut self, now: Ns, id: u32) -> (Option<RtBy>, Ns) {
+        let task = TaskId(id);
+        let default = self.disp.default_sched();
+        let Some(m) = self.tasks.get(&id) else {
+            return (None, 0);
+        };
+        let warped = m.params.get("warp").is_some_and(|&w| w > 0);
+        let by = match self.disp.state(task) {
+            TaskState::Running(_) => match self.disp.ran_by(task) {
+                Some(s) if s != default => RtBy::Sched(s),
+                _ if warped => RtBy::Warp,
+                _ if self.cfg.best_effort_run == BestEffortRun::Fifo && m.uid == 0 => RtBy::BestEffort,
+                _ => return (None, 0),
+            },
+            TaskState::Blocked => match self.disp.owner(task) {
+                Some(s) if s != default && !self.disp.is_guest(task) => RtBy::Sched(s),
+                _ if warped => RtBy::Warp,
+                _ => return (None, 0),
+            },
+            _ => return (None, 0),
+        };
+        // A real-time run starts only with one tick of budget (or all a shallow budget
+        // holds), and goes on while any is left.
+        let need = if m.rt.is_some() { 1 } else { self.cfg.tick };
+        let (uid, window, episode_rt) = (m.uid, self.cfg.rt_window, m.episode_rt);
+        let mut left = Ns::MAX;
+        let mut ok = true;
+        let mut refill: Option<Ns> = None;
+        let mut take = |b: &mut Bucket| {
+            left = left.min(b.left(now));
+            match b.ready_at(now, need) {
+                Some(t) if t <= now => {}
+                t => {
+                    ok = false;
+                    // Back when every spent budget has refilled: the latest of them.
+                    if let Some(t) = t {
+                        refill = Some(refill.map_or(t, |r: Ns| r.max(t)));
+                    }
+                }
+            }
+        };
+        if let RtBy::Sched(s) = by {
+            let rate = self.disp.usage(s).map_or(0, |u| u.demand_ppm());
+            take(self.sched_budgets.entry(s.0).or_insert_with(|| Bucket::new(rate, window, now)));
+        }
+        if uid != 0 {
+            let rate = self.cfg.max_rt_per_uid_ppm;
+            take(self.uid_budgets.entry(uid).or_insert_with(|| Bucket::new(rate, window, now)));
+        }
+        if by == RtBy::Warp {
+            // The episode's budget refills only when it blocks (no deadline for it).
+            let m = &self.tasks[&id];
+            left = left.min(self.warp_limit_of(m).saturating_sub(episode_rt));
+            ok &= left > 0;
+        }
+        if !ok {
+            if let Some(t) = refill {
+                self.throttled_until = Some(self.throttled_until.map_or(t, |u| u.min(t)));
+            }
+            return (None, 0);
+        }
+        (Some(by), left)
     }
 
     // ----- joining and leaving -----
@@ -499,10 +644,12 @@ impl Agent {
             Ok(task) => {
                 // With BPF events, an armed process's wakes may be quiet, bounded by this
                 // timer (its signal carries the task id).
-                let bound = match self.source {
-                    Source::Bpf(_) => kernel::CpuTimer::new(&clock, task.0).ok(),
-                    Source::Poll => None,
-                };
+                // The bound of quiet wakes and of real-time budgets (its signal carries
+                // the task id).
+                let bound = kernel::CpuTimer::new(&clock, task.0).ok();
+                // The kernel's backstop on a non-root process's real time (RLIMIT_RTTIME:
+                // SIGXCPU, then SIGKILL), should the agent ever fail to demote it.
+                let rttime = (uid != 0).then(|| self.set_backstop(pid)).flatten();
                 self.by_pid.insert(pid, task);
                 self.tasks.insert(
                     task.0,
@@ -526,6 +673,12 @@ impl Agent {
                         stopped: false,
                         bound,
                         bound_at: 0,
+                        rt: None,
+                        rt_since_read: None,
+                        episode_rt: 0,
+                        reserved_ppm: 0,
+                        rttime,
+                        notes: VecDeque::new(),
                     },
                 );
                 Ok(task)
@@ -571,7 +724,7 @@ impl Agent {
     pub fn join(&mut self, now: Ns, pid: i32, uid: u32, sched: Option<SchedId>, params: &BTreeMap<String, i64>) -> Answer {
         let (task, fresh) = match self.by_pid.get(&pid) {
             Some(&t) => (t, false),
-            None => match self.manage(now, pid, uid, params) {
+            None => match self.check_manageable(pid).and_then(|()| self.manage(now, pid, uid, params)) {
                 Ok(t) => (t, true),
                 Err(e) => return Answer::refused(e),
             },
@@ -609,7 +762,9 @@ impl Agent {
 
     /// LEAVE: back to the default scheduler.
     pub fn leave(&mut self, now: Ns, pid: i32, uid: u32) -> Answer {
-        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        let Some(&task) = self.by_pid.get(&pid) else {
+            return Answer::refused(format!("process {pid} is not managed"));
+        };
         let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
         let r = self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Leave);
         self.settle(now);
@@ -618,7 +773,9 @@ impl Agent {
 
     /// Stops managing `pid`, restoring its threads.
     pub fn release(&mut self, now: Ns, pid: i32) -> Answer {
-        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        let Some(&task) = self.by_pid.get(&pid) else {
+            return Answer::refused(format!("process {pid} is not managed"));
+        };
         self.unmanage(now, task, true);
         self.settle(now);
         Answer::Ok
@@ -642,7 +799,66 @@ impl Agent {
                 }
                 self.ledger.clear(t.slot);
             }
+            if let (true, Some(r)) = (restore, m.rttime) {
+                let _ = kernel::set_rttime(m.pid, r);
+            }
         }
+    }
+
+    /// Lowers a non-root process's RLIMIT_RTTIME to the backstop (`rt_backstop`; SIGKILL
+    /// at twice it), never raising it; returns what it was (to restore at release). The
+    /// kernel counts a thread's real-time CPU since it last woke: the agent's grants keep
+    /// that below `rt_backstop` (a warp episode ends at the warp limit; a spent budget
+    /// holds or demotes the task, and a hold is a stop, after which the count starts again).
+    fn set_backstop(&mut self, pid: i32) -> Option<kernel::Rlimit> {
+        let old = kernel::rttime(pid);
+        let us = self.cfg.rt_backstop / 1000;
+        let r = old
+            .and_then(|old| kernel::set_rttime(pid, kernel::Rlimit { soft: old.soft.min(us), hard: old.hard.min(2 * us) }).map(|()| old));
+        match r {
+            Ok(old) => Some(old),
+            // Another user's limits need CAP_SYS_RESOURCE, which some containers drop:
+            // the budgets and their CPU-clock timers then stand alone (said once).
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                if !self.backstop_refused {
+                    self.backstop_refused = true;
+                    eprintln!("vassal agent: the kernel refuses to set RLIMIT_RTTIME of other users' processes (no CAP_SYS_RESOURCE): non-root tasks have no kernel backstop, only the agent's real-time budgets");
+                }
+                None
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => None,
+            Err(_) => {
+                self.kernel_errors += 1;
+                None
+            }
+        }
+    }
+
+    /// Refuses to manage the mechanism itself (docs/agent.md, "Security model"): the
+    /// agent, its guardian, PID 1 and kernel threads — parking any of them at SCHED_IDLE
+    /// would stall the agent, its restore or the whole machine — and a thread id that is
+    /// not a process's (clients name processes).
+    fn check_manageable(&self, pid: i32) -> Result<(), String> {
+        if pid <= 0 {
+            return Err(format!("no process {pid}"));
+        }
+        if pid == 1 {
+            return Err("process 1 (init) is never managed".into());
+        }
+        let tgid = kernel::tgid(pid).map_err(|_| format!("no process {pid}"))?;
+        if tgid != pid {
+            return Err(format!("{pid} is a thread of process {tgid}; name the process"));
+        }
+        if pid == std::process::id() as i32 {
+            return Err(format!("process {pid} is the agent itself; it is never managed"));
+        }
+        if pid == self.guardian_pid {
+            return Err(format!("process {pid} is the agent's guardian; it is never managed"));
+        }
+        if kernel::is_kernel_thread(pid).unwrap_or(false) {
+            return Err(format!("process {pid} is a kernel thread; kernel threads are never managed"));
+        }
+        Ok(())
     }
 
     fn effects_push_resched(&mut self, cpu: CpuId) {
@@ -652,12 +868,39 @@ impl Agent {
 
     /// MessageToScheduler about `pid` (to its owner when `sched` is None).
     pub fn message(&mut self, now: Ns, sched: Option<SchedId>, pid: i32, uid: u32, req: &Request) -> Answer {
-        let Some(&task) = self.by_pid.get(&pid) else { return Answer::refused(format!("process {pid} is not managed")) };
+        let Some(&task) = self.by_pid.get(&pid) else {
+            return Answer::refused(format!("process {pid} is not managed"));
+        };
+        // A non-root uid's reservations together stay within `max_rt_per_uid`.
+        let reserve = match req {
+            Request::Reserve { util, .. } | Request::Modify { util, .. } if util.is_finite() && *util > 0.0 => {
+                Some((util.min(1.0) * CPU_PPM as f64).round() as u64)
+            }
+            _ => None,
+        };
+        if let (Some(ppm), true) = (reserve, uid != 0) {
+            let owner = self.tasks[&task.0].uid;
+            let others: u64 = self.tasks.iter().filter(|(&t, m)| t != task.0 && m.uid == owner).map(|(_, m)| m.reserved_ppm).sum();
+            let most = self.cfg.max_rt_per_uid_ppm;
+            if others + ppm > most {
+                return Answer::refused(format!(
+                    "uid {owner} would hold {:.4} CPUs of reservations; a non-root uid may hold at most {:.4} (max_rt_per_uid)",
+                    (others + ppm) as f64 / CPU_PPM as f64,
+                    most as f64 / CPU_PPM as f64
+                ));
+            }
+        }
         let to = sched.or(self.disp.owner(task)).unwrap_or(self.disp.default_sched());
         let r = self.disp.message(now, to, Sender { task: Some(task), uid }, task, req);
-        if let (Reply::Ok, Request::Param { name, value }) = (&r, req) {
-            if let Some(m) = self.tasks.get_mut(&task.0) {
-                m.params.insert(name.clone(), *value);
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            match (&r, req) {
+                (Reply::Ok, Request::Param { name, value }) => {
+                    m.params.insert(name.clone(), *value);
+                }
+                (Reply::Ok, Request::Reserve { .. } | Request::Modify { .. }) => m.reserved_ppm = reserve.unwrap_or(0),
+                // Freed, or refused because it was removed already: nothing held either way.
+                (_, Request::Free | Request::Leave) => m.reserved_ppm = 0,
+                _ => {}
             }
         }
         self.settle(now);
@@ -697,7 +940,9 @@ impl Agent {
     }
 
     pub fn unregister(&mut self, now: Ns, name: &str) -> Answer {
-        let Some(id) = self.disp.lookup(name) else { return Answer::refused(format!("no scheduler named '{name}'")) };
+        let Some(id) = self.disp.lookup(name) else {
+            return Answer::refused(format!("no scheduler named '{name}'"));
+        };
         let r = match self.disp.unregister(now, id) {
             Ok(_) => {
                 if let Some(path) = self.modules.remove(name) {
@@ -896,14 +1141,20 @@ impl Agent {
     /// makes the process rescanned now.
     fn take_events(&mut self) {
         use crate::bpf::Kind;
-        let Source::Bpf(src) = &mut self.source else { return };
+        let Source::Bpf(src) = &mut self.source else {
+            return;
+        };
         let mut evs = std::mem::take(&mut self.ev_buf);
         evs.clear();
         src.drain(&mut evs);
         self.bpf_events += evs.len() as u64;
         for e in &evs {
-            let Some(task) = self.by_pid.get(&e.tgid) else { continue };
-            let Some(m) = self.tasks.get_mut(&task.0) else { continue };
+            let Some(task) = self.by_pid.get(&e.tgid) else {
+                continue;
+            };
+            let Some(m) = self.tasks.get_mut(&task.0) else {
+                continue;
+            };
             m.evented = true;
             if e.kind == Kind::New || e.exited() {
                 m.rescanned = 0;
@@ -976,6 +1227,20 @@ impl Agent {
             let ran = cpu_now.saturating_sub(m.cpu_ns);
             m.cpu_ns = cpu_now;
             m.unaccounted += ran;
+            // Real-time CPU is charged to the grants it ran under (crate::budget).
+            if let Some(by) = std::mem::replace(&mut m.rt_since_read, m.rt) {
+                if ran > 0 {
+                    m.episode_rt += ran;
+                    if let RtBy::Sched(s) = by {
+                        if let Some(b) = self.sched_budgets.get_mut(&s.0) {
+                            b.charge(now, ran);
+                        }
+                    }
+                    if let Some(b) = self.uid_budgets.get_mut(&m.uid) {
+                        b.charge(now, ran);
+                    }
+                }
+            }
             if m.samples.back().is_none_or(|&(t, _)| now >= t + 100 * MS) {
                 m.samples.push_back((now, cpu_now));
                 while m.samples.len() > 11 {
@@ -1029,6 +1294,8 @@ impl Agent {
                 }
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = None;
+                    // A voluntary block ends a warp episode (BVT §2.2).
+                    m.episode_rt = 0;
                 }
             } else if let (Some(cpu), Some(_), false) = (armed, woke_at, runnable) {
                 self.replay_run(now, task, cpu);
@@ -1063,6 +1330,9 @@ impl Agent {
         if let Some(c) = self.disp.block(now, task, Block { voluntary: true }) {
             self.effects_push_resched(c);
         }
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            m.episode_rt = 0;
+        }
         if let Some(tr) = self.trace.as_mut() {
             use std::io::Write;
             let _ = writeln!(tr, "{} {task} replayed a run on {cpu}", now / 1000);
@@ -1083,9 +1353,13 @@ impl Agent {
 
     /// Re-lists a process's threads: new ones are saved and given the process's state.
     fn rescan(&mut self, now: Ns, id: u32) {
-        let Some(m) = self.tasks.get_mut(&id) else { return };
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return;
+        };
         m.rescanned = now;
-        let Ok(tids) = kernel::threads(m.pid) else { return };
+        let Ok(tids) = kernel::threads(m.pid) else {
+            return;
+        };
         let known: BTreeSet<i32> = m.threads.iter().map(|t| t.tid).collect();
         let now_set: BTreeSet<i32> = tids.iter().copied().collect();
         let mut gone = Vec::new();
@@ -1114,7 +1388,32 @@ impl Agent {
     /// resulting decisions to the kernel.
     pub fn settle(&mut self, now: Ns) {
         self.decide(now);
-        self.enforce();
+        self.take_notes();
+        self.enforce(now);
+    }
+
+    /// What the schedulers logged (`Dispatcher::drain_logs`): each note about a task is
+    /// kept with it for `ctl tasks` (the last [`NOTES`]), and a loaded scheduler's notes
+    /// go to the agent's log too (e.g. rtserver removing a misbehaving task's reservation,
+    /// paper 002 §2.3), so the task's owner and the administrator both see it.
+    fn take_notes(&mut self) {
+        let logs = self.disp.drain_logs();
+        if logs.is_empty() {
+            return;
+        }
+        let default = self.disp.sched_name(self.disp.default_sched()).unwrap_or("").to_string();
+        for (sched, l) in logs {
+            let Some(m) = l.task.and_then(|t| self.tasks.get_mut(&t.0)) else {
+                continue;
+            };
+            if sched != default {
+                eprintln!("vassal agent: scheduler '{sched}' about process {} (uid {}): {}", m.pid, m.uid, l.text);
+            }
+            if m.notes.len() == NOTES {
+                m.notes.pop_front();
+            }
+            m.notes.push_back(format!("{sched}: {}", l.text));
+        }
     }
 
     /// Carries out what the policies asked (events, reschedules): the decisions, not yet
@@ -1188,23 +1487,31 @@ impl Agent {
     }
 
     /// Applies the dispatcher's decisions as kernel state (see the module documentation).
-    fn enforce(&mut self) {
+    fn enforce(&mut self, now: Ns) {
         let run_prio = self.cfg.run_priority;
-        let be_fifo = self.cfg.best_effort_run == BestEffortRun::Fifo;
         let ids: Vec<u32> = self.tasks.keys().copied().collect();
         let mut quiet = true;
+        self.throttled_until = None;
         for id in ids {
             let task = TaskId(id);
+            // Real time only under a grant with budget left (crate::budget): a selected
+            // task without one runs best effort, or — exclusive to a loaded scheduler
+            // whose declared share is spent — is held like a reservation outside its slots.
+            let (rt, left) = self.rt_grant(now, id);
             let m = &self.tasks[&id];
-            let rt = self.rt_class(task, m);
             let want = match self.disp.state(task) {
-                TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt || be_fifo },
-                TaskState::Blocked if rt => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
+                TaskState::Running(_) if rt.is_none() && self.hard_capped(task) => KState::Held,
+                TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt.is_some() },
+                TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
                 TaskState::Runnable if self.hard_capped(task) => KState::Held,
                 _ => KState::Parked,
             };
             let m = self.tasks.get_mut(&id).expect("listed");
             m.want = want;
+            m.rt = rt;
+            if rt.is_some() {
+                m.rt_since_read = rt;
+            }
             quiet &= matches!(want, KState::Parked | KState::Held);
             if let KState::Run { cpu, .. } = want {
                 m.last_cpu = Some(cpu);
@@ -1250,7 +1557,7 @@ impl Agent {
             }
             self.release_or_mark(id);
             let quiet_wakes = matches!(want, KState::Armed { .. }) && !self.hard_capped(task);
-            self.set_quiet(id, quiet_wakes);
+            self.set_quiet(id, quiet_wakes, if rt.is_some() { left } else { Ns::MAX });
             let m = &self.tasks[&id];
             quiet &= m.threads.iter().all(|t| t.applied == want);
         }
@@ -1258,25 +1565,36 @@ impl Agent {
     }
 
     /// Makes an armed process's wakes quiet, or not (module documentation, "Quiet
-    /// wakes"): each of its threads armed in the kernel is marked in the BPF map, and its
-    /// CPU-clock timer is set one tick of CPU past what it has used (disarmed when not
-    /// quiet). A process without a timer, or with a thread the map does not watch, is
-    /// never quiet.
-    fn set_quiet(&mut self, id: u32, want: bool) {
+    /// wakes"), and sets its CPU-clock timer: one tick of CPU past what it has used when
+    /// quiet, and at most `left` past it (the real-time budget it may still use,
+    /// crate::budget; `Ns::MAX`: none); disarmed when neither applies. Each of its
+    /// threads armed in the kernel is marked in the BPF map when quiet. A process without
+    /// a timer, or with a thread the map does not watch, is never quiet.
+    fn set_quiet(&mut self, id: u32, want: bool, left: Ns) {
         let tick = self.cfg.tick;
-        let Source::Bpf(src) = &mut self.source else { return };
-        let Some(m) = self.tasks.get_mut(&id) else { return };
-        let quiet = want && m.bound.is_some() && m.threads.iter().all(|t| t.watched && t.applied == m.want);
+        let mut src = match &mut self.source {
+            Source::Bpf(src) => Some(src),
+            Source::Poll => None,
+        };
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        let quiet = want && src.is_some() && m.bound.is_some() && m.threads.iter().all(|t| t.watched && t.applied == m.want);
         // Quiet: the timer first, then the map; not quiet: the map first. A quiet wake is
         // never unbounded.
         if !quiet {
             for t in m.threads.iter_mut().filter(|t| t.quiet) {
-                if src.set_quiet_wake(t.tid, m.pid, false) {
+                if src.as_mut().is_some_and(|s| s.set_quiet_wake(t.tid, m.pid, false)) {
                     t.quiet = false;
                 }
             }
         }
-        let at = if quiet { m.cpu_ns + tick } else { 0 };
+        let budget = if left == Ns::MAX { 0 } else { m.cpu_ns.saturating_add(left.max(1)) };
+        let at = match (quiet, budget) {
+            (true, 0) => m.cpu_ns + tick,
+            (true, b) => b.min(m.cpu_ns + tick),
+            (false, b) => b,
+        };
         if m.bound_at != at {
             match m.bound.as_mut().map_or(Ok(()), |b| b.set(at)) {
                 Ok(()) => m.bound_at = at,
@@ -1286,7 +1604,7 @@ impl Agent {
                 }
             }
         }
-        if quiet {
+        if let (true, Some(src)) = (quiet, src) {
             for t in m.threads.iter_mut().filter(|t| !t.quiet) {
                 if src.set_quiet_wake(t.tid, m.pid, true) {
                     t.quiet = true;
@@ -1309,7 +1627,9 @@ impl Agent {
     /// for a later time (`timed`) sleeps on its own timer and the next poll sees the block.
     /// The ledger names the process before the SIGSTOP (the guardian continues it).
     fn hold(&mut self, id: u32) {
-        let Some(m) = self.tasks.get_mut(&id) else { return };
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return;
+        };
         if !m.threads.iter().all(|t| t.applied == KState::Parked) {
             return;
         }
@@ -1341,7 +1661,9 @@ impl Agent {
     /// process that should no longer be held, and clears the ledger's note after it; or
     /// marks the parked threads of a stopped process held.
     fn release_or_mark(&mut self, id: u32) {
-        let Some(m) = self.tasks.get_mut(&id) else { return };
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return;
+        };
         if !m.stopped {
             return;
         }
@@ -1414,7 +1736,13 @@ impl Agent {
                 let share = if t1 > t0 { c1.saturating_sub(c0) as f64 / (t1 - t0) as f64 } else { 0.0 };
                 let mut lat: Vec<u32> = m.lat.iter().copied().collect();
                 lat.sort_unstable();
-                let pct = |p: f64| if lat.is_empty() { 0.0 } else { lat[((lat.len() - 1) as f64 * p).round() as usize] as f64 };
+                let pct = |p: f64| {
+                    if lat.is_empty() {
+                        0.0
+                    } else {
+                        lat[((lat.len() - 1) as f64 * p).round() as usize] as f64
+                    }
+                };
                 TaskRow {
                     pid: m.pid,
                     uid: m.uid,
@@ -1429,9 +1757,13 @@ impl Agent {
                     },
                     kernel: match m.want {
                         KState::Untouched => "untouched".into(),
-                        KState::Run { cpu, fifo: true } => format!("fifo{} cpu{cpu}", self.cfg.run_priority),
+                        KState::Run { cpu, fifo: true } => {
+                            format!("fifo{} cpu{cpu}", self.cfg.run_priority)
+                        }
                         KState::Run { cpu, fifo: false } => format!("other cpu{cpu}"),
-                        KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
+                        KState::Armed { cpu } => {
+                            format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1)
+                        }
                         KState::Parked => "idle".into(),
                         KState::Held => "idle, stopped".into(),
                     },
@@ -1444,6 +1776,7 @@ impl Agent {
                         _ => None,
                     },
                     params: m.params.clone(),
+                    notes: m.notes.iter().cloned().collect(),
                 }
             })
             .collect()

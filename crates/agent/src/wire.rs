@@ -201,6 +201,10 @@ pub struct TaskRow {
     pub budget_ns: Option<u64>,
     /// The parameters it joined with or was given.
     pub params: BTreeMap<String, i64>,
+    /// What its schedulers said about it lately (e.g. a reservation removed for
+    /// overrunning, paper 002 §2.3), oldest first.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// The broker's answer to one call.
@@ -248,6 +252,10 @@ pub struct Status {
     /// Times an armed process's CPU-clock bound fired (it ran a tick of CPU unseen).
     #[serde(default)]
     pub bounds_fired: u64,
+    /// The kernel refused the RLIMIT_RTTIME backstop on another user's process (no
+    /// CAP_SYS_RESOURCE): only the agent's real-time budgets bound their real time.
+    #[serde(default)]
+    pub backstop_refused: bool,
 }
 
 impl Answer {

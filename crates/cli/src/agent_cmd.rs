@@ -378,6 +378,10 @@ fn print_answer(a: &Answer) {
                     t.cpu_ns as f64 / 1e6,
                     budget
                 );
+                // What its schedulers said about it (e.g. a reservation removed).
+                for n in &t.notes {
+                    println!("{:>7}   note: {n}", "");
+                }
             }
         }
         Answer::Status(s) => {
@@ -397,6 +401,9 @@ fn print_answer(a: &Answer) {
                     "{} BPF events; {} runs of armed tasks replayed (quiet wakes), {} CPU-clock bounds fired",
                     s.bpf_events, s.replayed_runs, s.bounds_fired
                 );
+            }
+            if s.backstop_refused {
+                println!("no kernel backstop (RLIMIT_RTTIME) on other users' processes: the kernel refused it (no CAP_SYS_RESOURCE)");
             }
             for e in &s.ejections {
                 println!(

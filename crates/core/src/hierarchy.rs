@@ -276,6 +276,16 @@ impl Dispatcher {
         let owner = self.owner(task)?;
         self.scheds.iter().find(|s| s.id == owner)?.policy.virtual_time(task)
     }
+    /// While `task` runs: the scheduler whose decision (or hand-off) started it. The agent
+    /// gives a task real-time kernel priority only under the grant of the scheduler that
+    /// decided (docs/agent.md, "Security model").
+    pub fn ran_by(&self, task: TaskId) -> Option<SchedId> {
+        self.tasks.recs.get(task.0 as usize).and_then(|r| r.ran_by)
+    }
+    /// The CPU usage scheduler `id` declared when it was registered (paper 000 §8).
+    pub fn usage(&self, id: SchedId) -> Option<Usage> {
+        self.scheds.iter().find(|s| s.id == id).map(|s| s.usage)
+    }
     pub fn is_guest(&self, task: TaskId) -> bool {
         self.tasks.recs.get(task.0 as usize).is_some_and(|r| r.guest)
     }
@@ -546,7 +556,9 @@ impl Dispatcher {
             return Vec::new();
         }
         for s in self.scheds.iter_mut().filter(|s| !s.failing) {
-            let Some(limit) = s.guard.and_then(|g| g.watchdog) else { continue };
+            let Some(limit) = s.guard.and_then(|g| g.watchdog) else {
+                continue;
+            };
             let starved = self
                 .tasks
                 .recs
@@ -681,10 +693,14 @@ impl Dispatcher {
         let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
         let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
         if cpu.is_none() {
-            let Some(owner) = self.index_of(rec.owner) else { return };
+            let Some(owner) = self.index_of(rec.owner) else {
+                return;
+            };
             let mut best: Option<(usize, bool, CpuId)> = None;
             for c in (0..self.ncpus).map(CpuId).filter(|&c| free(c)) {
-                let Some(running) = self.tasks.cpus[c.0 as usize] else { continue };
+                let Some(running) = self.tasks.cpus[c.0 as usize] else {
+                    continue;
+                };
                 let Some(decider) = self.tasks.recs[running.0 as usize].ran_by.and_then(|s| self.index_of(s)) else {
                     continue;
                 };
@@ -738,7 +754,9 @@ impl Dispatcher {
     /// swapping mechanism runs its swap scheduler as the best process, so the CPU it ran
     /// on makes a new decision when it sleeps, as in V7).
     pub fn set_loaded(&mut self, now: Ns, task: TaskId, loaded: bool) {
-        let Some(rec) = self.tasks.recs.get_mut(task.0 as usize) else { return };
+        let Some(rec) = self.tasks.recs.get_mut(task.0 as usize) else {
+            return;
+        };
         if rec.state == TaskState::Dead || rec.swapped_out != loaded {
             return;
         }
@@ -790,7 +808,9 @@ impl Dispatcher {
     /// A scheduler event fired. Events of schedulers no longer registered are dropped
     /// (returns false).
     pub fn fire_event(&mut self, now: Ns, sched: SchedId, token: u64) -> bool {
-        let Some(idx) = self.index_of(sched) else { return false };
+        let Some(idx) = self.index_of(sched) else {
+            return false;
+        };
         self.call(idx, now, |p, ctx| p.on_event(ctx, token));
         self.resched_idle_cpus();
         self.apply_exclusive(now);
@@ -923,7 +943,9 @@ impl Dispatcher {
                 continue;
             }
             self.stats.picks += 1;
-            let Some(d) = self.call(idx, now, |p, ctx| p.pick(ctx, cpu)) else { continue };
+            let Some(d) = self.call(idx, now, |p, ctx| p.pick(ctx, cpu)) else {
+                continue;
+            };
             match self.validate(idx, cpu, d) {
                 Ok(()) => {
                     self.scheds[idx].decided += 1;
