@@ -3,6 +3,10 @@
 # reproductions (which exit non-zero if any row fails) and a quick benchmark smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The habits CI enforces (issue 15): one format (rustfmt.toml) and no clippy warning.
+cargo fmt --all --check
+(cd sdk && cargo fmt --all --check)
+cargo clippy --release --locked --workspace --all-targets -- -D warnings
 cargo build --release --locked
 # The policy SDK's example modules (sdk/, its own workspace), for the module tests and
 # the bench: as WebAssembly (they need rustup's wasm32 target) and as native shared
