@@ -16,7 +16,10 @@
 //          the block it ends; sched_waking can fire while the sleeper is still switching
 //          out on another CPU);
 //   NEW    sched_wakeup_new: a new thread whose thread-group leader is managed (the
-//          agent adopts it at once instead of at its next rescan).
+//          agent adopts it at once instead of at its next rescan). The program runs in
+//          the creating thread's context (wake_up_new_task, called by clone), so the
+//          event carries the creator's tid (bpf_get_current_pid_tgid): the agent saves
+//          the state the new thread would have inherited from the creator's original.
 // Managed tids are the keys of `tids` (value: the tgid the agent manages them as, with
 // QUIET_WAKE set while the agent needs no wake-up for its wake), inserted and deleted by
 // the agent at join, leave and rescan.
@@ -41,6 +44,7 @@ enum { BPF_MAP_TYPE_HASH = 1, BPF_MAP_TYPE_RINGBUF = 27 };
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
 
 enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
@@ -69,7 +73,7 @@ struct vassal_event {
 	__u32 tid;
 	__u32 tgid;
 	__u32 kind;
-	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited), else 0
+	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited); the creator's tid at NEW
 	__u64 time; // CLOCK_MONOTONIC ns (bpf_ktime_get_ns)
 };
 
@@ -124,7 +128,8 @@ int vassal_wakeup_new(__u64 *ctx)
 	// (tid == tgid) is not managed.
 	if (tid == tgid || !bpf_map_lookup_elem(&tids, &tgid))
 		return 0;
-	return emit(p, EV_NEW, 0, BPF_RB_FORCE_WAKEUP);
+	// The current task is the creator (the low half: its tid).
+	return emit(p, EV_NEW, (__u32)bpf_get_current_pid_tgid(), BPF_RB_FORCE_WAKEUP);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -9,7 +9,8 @@
 //!   the sleeper to finish switching out, so on another CPU a sleeper's wake could be
 //!   traced before its own block; `sched_wakeup` fires once the task is on a run queue,
 //!   after its switch-out was traced, so the ring buffer's order is the true order;
-//! - `tp_btf/sched_wakeup_new`: a new thread of a managed process ([`Kind::New`]).
+//! - `tp_btf/sched_wakeup_new`: a new thread of a managed process ([`Kind::New`]), with
+//!   the thread that created it ([`Event::creator`]: the program runs in its context).
 //!
 //! Managed threads are the keys of the BPF hash map `tids` (value: the process they
 //! belong to, and [`QUIET_WAKE`] while the agent needs no wake-up for its wakes), which
@@ -42,6 +43,8 @@ pub struct Event {
     pub kind: Kind,
     /// The thread's state at a block (`prev_state`); 0 otherwise.
     pub state: u32,
+    /// The thread that created it, at [`Kind::New`] (of the same process); 0 otherwise.
+    pub creator: i32,
     /// When, CLOCK_MONOTONIC ns (`bpf_ktime_get_ns`).
     pub time: u64,
 }
@@ -70,8 +73,10 @@ impl Event {
         if tid <= 0 || tgid <= 0 {
             return None;
         }
+        // The fourth field is the state at a block and the creator's tid at a new thread.
         let state = if kind == Kind::Block { u32_at(12) } else { 0 };
-        Some(Event { tid, tgid, kind, state, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
+        let creator = if kind == Kind::New { u32_at(12) as i32 } else { 0 };
+        Some(Event { tid, tgid, kind, state, creator, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
     }
 
     /// The thread exited (its block was its last switch-out).
@@ -90,7 +95,8 @@ impl Event {
             Kind::New => 3,
         };
         b[8..12].copy_from_slice(&k.to_ne_bytes());
-        b[12..16].copy_from_slice(&self.state.to_ne_bytes());
+        let fourth = if self.kind == Kind::New { self.creator as u32 } else { self.state };
+        b[12..16].copy_from_slice(&fourth.to_ne_bytes());
         b[16..24].copy_from_slice(&self.time.to_ne_bytes());
         b
     }
@@ -202,17 +208,19 @@ mod tests {
 
     #[test]
     fn decodes_what_the_program_writes() {
-        for (kind, state) in [(Kind::Block, 1), (Kind::Block, TASK_DEAD), (Kind::Wake, 0), (Kind::New, 0)] {
-            let e = Event { tid: 1234, tgid: 1200, kind, state, time: 987_654_321_012 };
+        for (kind, state, creator) in [(Kind::Block, 1, 0), (Kind::Block, TASK_DEAD, 0), (Kind::Wake, 0, 0), (Kind::New, 0, 1201)] {
+            let e = Event { tid: 1234, tgid: 1200, kind, state, creator, time: 987_654_321_012 };
             assert_eq!(Event::decode(&e.encode()), Some(e));
         }
-        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, time: 1 };
+        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, creator: 0, time: 1 };
         assert!(dead.exited());
         assert!(!Event { state: 1, ..dead }.exited());
-        // A wake's state field is ignored.
-        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, time: 1 }.encode();
+        // A wake's state field is ignored; a new thread's is its creator, never an exit.
+        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, creator: 0, time: 1 }.encode();
         b[12] = 0x80;
         assert_eq!(Event::decode(&b).map(|e| e.exited()), Some(false));
+        b[8..12].copy_from_slice(&3u32.to_ne_bytes());
+        assert_eq!(Event::decode(&b).map(|e| (e.exited(), e.creator)), Some((false, 0x80)));
     }
 
     /// The programs on the live kernel: a watched thread's sleep is a block then a wake,
@@ -258,9 +266,36 @@ mod tests {
         }
     }
 
+    /// A new thread of a watched process is told with the thread that created it.
+    #[cfg(vassal_bpf)]
+    #[test]
+    fn a_new_thread_is_told_with_its_creator() {
+        if !crate::kernel::is_root() {
+            eprintln!("SKIPPED: loading BPF programs needs root");
+            return;
+        }
+        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let pid = std::process::id() as i32;
+        // Watching the main thread makes every new thread of this process an event.
+        assert!(src.watch(pid, pid));
+        let me = crate::kernel::gettid();
+        let (outer, inner) = std::thread::spawn(|| {
+            let outer = crate::kernel::gettid();
+            (outer, std::thread::spawn(crate::kernel::gettid).join().unwrap())
+        })
+        .join()
+        .unwrap();
+        let mut evs = Vec::new();
+        src.drain(&mut evs);
+        src.unwatch(pid);
+        let creator = |tid: i32| evs.iter().find(|e| e.kind == Kind::New && e.tid == tid).map(|e| (e.tgid, e.creator));
+        assert_eq!(creator(outer), Some((pid, me)), "{evs:?}");
+        assert_eq!(creator(inner), Some((pid, outer)), "{evs:?}");
+    }
+
     #[test]
     fn refuses_malformed_records() {
-        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, time: 9 }.encode();
+        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, creator: 0, time: 9 }.encode();
         assert!(Event::decode(&good[..23]).is_none());
         assert!(Event::decode(&[good.as_slice(), &[0]].concat()).is_none());
         assert!(Event::decode(&[]).is_none());

@@ -1,24 +1,50 @@
-//! The guardian: a separate process that returns every managed thread to its original
-//! policy, priority, nice and affinity the moment the agent dies, however it dies.
+//! The guardian: a separate process that returns every thread of every managed process
+//! to its original policy, priority, nice and affinity the moment the agent dies, however
+//! it dies.
 //!
 //! Mechanism (not an exit handler):
 //! - The **ledger** is a shared anonymous mapping created before the guardian is forked,
-//!   so both processes see the same pages. Before the agent first changes a thread's
-//!   scheduling it writes that thread's record — tid, start time (so a recycled tid is
-//!   never touched), and the saved state — and only then marks it valid (a release
-//!   store). It clears the record after restoring the thread itself. A record is thus
-//!   valid whenever the thread may be in a state the agent gave it. A record also names
-//!   the process the agent has stopped (SIGSTOP: a *held* process, hard-capped outside
-//!   its reservation; see `state::KState::Held`), set before the stop and cleared after
-//!   the SIGCONT, so a restore never leaves a stopped task.
+//!   so both processes see the same pages. It holds two kinds of record, each written
+//!   completely and only then marked valid (a release store):
+//!   - a **thread record** per managed thread: tid, start time (so a recycled tid is
+//!     never touched) and the thread's original state. Written before the agent first
+//!     changes the thread's scheduling, cleared after the agent restored the thread
+//!     itself (or saw it exit), so it is valid whenever the thread may be in a state the
+//!     agent gave it. A thread listed at join has the state it had then as original. A
+//!     thread the process created later did not start in its own state: it inherited
+//!     the one the agent gave its creator (bound to one CPU, SCHED_IDLE, or SCHED_OTHER
+//!     at nice 0 from a raised creator — SCHED_RESET_ON_FORK resets only a real-time
+//!     policy and a negative nice, never SCHED_IDLE or the affinity). Its original is
+//!     therefore the state it would have had without the agent: what it inherits
+//!     (`kernel::inherited`, the kernel's fork rules) from its creator's original when
+//!     the creator is known and recorded (the BPF new-thread event names it), else from
+//!     the process's template;
+//!   - a **template** per managed process: its main thread's original state, tid and
+//!     start time, written at join before anything is changed, cleared when the agent
+//!     stops managing the process.
+//!
+//!   A thread record also names the process the agent has stopped (SIGSTOP: a *held*
+//!   process, hard-capped outside its reservation; see `state::KState::Held`), set before
+//!   the stop and cleared after the SIGCONT, so a restore never leaves a stopped task.
+//! - A **restore** (`Ledger::restore_all` in the guardian; `Ledger::restore` and
+//!   `Ledger::restore_process` when the agent unmanages a process: `ctl release`, its
+//!   SIGTERM, the guardian's death, a main thread that exited) returns every thread of
+//!   every managed process: first each recorded thread that still exists (same tid and
+//!   start time) to its record, then, for each template whose process is still the
+//!   recorded one (its main thread's start time, checked through its /proc directory,
+//!   held open), a **sweep** of /proc/TGID/task: each thread not restored from a record —
+//!   one created since the agent last adopted threads, up to a rescan period, or one pass
+//!   with BPF events — is set to the template's inherited state. The sweep lists the
+//!   threads again while a listing finds new ones (created meanwhile by a thread still in
+//!   the agent's state), at most [`SWEEP_ROUNDS`] times. The guardian's restore allocates
+//!   nothing for the sweep (its list of threads done is allocated before it waits).
 //! - The **life line** is a pipe: the agent holds the write end, the guardian blocks in
 //!   `poll` on the read end. The kernel closes the write end when the agent exits for any
 //!   reason — SIGTERM, a panic (the agent aborts on panic), SIGKILL, OOM — and the poll
 //!   returns POLLHUP at once. The guardian runs at a SCHED_FIFO priority above
 //!   everything the agent hands out, with its memory locked, so it runs within
 //!   microseconds even when managed tasks hold every CPU at real-time priority; it then
-//!   restores every valid record (and continues every process the agent had stopped)
-//!   and exits.
+//!   restores (above; and continues every process the agent had stopped) and exits.
 //! - The **life lock** hears of a death sooner. The kernel closes a dying process's files
 //!   only after it has torn down its address space, and under load the agent's
 //!   time-sharing threads (main, broker) take a while to get the CPU to die: the life
@@ -37,20 +63,29 @@
 //!   is left to restore; the kernel's RT throttling still bounds a raised task to 95%
 //!   of its CPU.)
 
+use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::kernel::{self, SchedState, MASK_WORDS};
 
-/// How many threads the ledger can hold (a join beyond it is refused).
+/// How many records the ledger can hold: one per managed thread and one per managed
+/// process (a join beyond it is refused).
 pub const LEDGER_CAPACITY: usize = 4096;
 
+/// How many times a restore lists a process's threads at most (see `Ledger::sweep`).
+pub const SWEEP_ROUNDS: usize = 3;
+
 const FREE: u32 = 0;
+/// A thread's record: its original state.
 const VALID: u32 = 2;
+/// A process's template: its main thread's original state (see the module documentation).
+const PROCESS: u32 = 3;
 
 #[repr(C)]
 struct Record {
     state: AtomicU32,
+    /// The thread; in a template, the process (its main thread).
     tid: i32,
     start_time: u64,
     policy: i32,
@@ -59,13 +94,24 @@ struct Record {
     /// The process (tgid) the agent stopped with SIGSTOP, or 0.
     stopped: AtomicI32,
     affinity: [u64; MASK_WORDS],
+    /// In a template: the process's RLIMIT_RTTIME before the agent lowered it (the
+    /// real-time backstop, `state::Agent::set_backstop`), valid when `rttime_saved` is 1.
+    rttime_saved: AtomicU32,
+    rttime_soft: AtomicU64,
+    rttime_hard: AtomicU64,
 }
 
-/// The shared table of saved thread states (see the module documentation).
+/// The shared table of saved thread states and process templates (see the module
+/// documentation).
 pub struct Ledger {
     base: *mut Record,
     /// Records the agent has used (a hint for `alloc`; the guardian scans all).
     next: usize,
+    /// The agent's index of its templates, by process (the guardian scans the records).
+    templates: BTreeMap<i32, Slot>,
+    /// The threads a restore has set (sorted): the guardian's is allocated before it
+    /// waits, so that its restore allocates nothing up to `LEDGER_CAPACITY` threads.
+    done: Vec<i32>,
 }
 
 // SAFETY: the mapping lives for the process; all access goes through &mut self (the
@@ -87,7 +133,13 @@ impl Ledger {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Ledger { base: p.cast(), next: 0 })
+        Ok(Ledger { base: p.cast(), next: 0, templates: BTreeMap::new(), done: Vec::new() })
+    }
+
+    /// Another view of the same mapping, for the guardian (its own index, empty, and a
+    /// `done` list allocated now).
+    fn for_guardian(&self) -> Ledger {
+        Ledger { base: self.base, next: 0, templates: BTreeMap::new(), done: Vec::with_capacity(LEDGER_CAPACITY) }
     }
 
     fn rec(&self, i: usize) -> &Record {
@@ -104,6 +156,34 @@ impl Ledger {
 
     /// Records a thread's original state; valid once this returns. `None`: full.
     pub fn save(&mut self, tid: i32, start_time: u64, s: &SchedState) -> Option<Slot> {
+        self.write(VALID, tid, start_time, s)
+    }
+
+    /// Records the template of process `tgid` — its main thread's original state, with
+    /// the main thread's start time — before the agent changes any of its threads; valid
+    /// once this returns. `None`: full.
+    pub fn save_process(&mut self, tgid: i32, start_time: u64, s: &SchedState) -> Option<Slot> {
+        let slot = self.write(PROCESS, tgid, start_time, s)?;
+        if let Some(old) = self.templates.insert(tgid, slot) {
+            self.clear(old);
+        }
+        Some(slot)
+    }
+
+    /// Forgets the template of process `tgid` without restoring anything (a join that
+    /// changed nothing).
+    pub fn forget_process(&mut self, tgid: i32) {
+        if let Some(slot) = self.templates.remove(&tgid) {
+            self.clear(slot);
+        }
+    }
+
+    /// The template of process `tgid` (see `save_process`).
+    pub fn template(&self, tgid: i32) -> Option<SchedState> {
+        self.templates.get(&tgid).map(|&slot| self.saved(slot).2)
+    }
+
+    fn write(&mut self, kind: u32, tid: i32, start_time: u64, s: &SchedState) -> Option<Slot> {
         let i =
             (0..LEDGER_CAPACITY).map(|k| (self.next + k) % LEDGER_CAPACITY).find(|&i| self.rec(i).state.load(Ordering::Acquire) == FREE)?;
         self.next = (i + 1) % LEDGER_CAPACITY;
@@ -118,9 +198,23 @@ impl Ledger {
             (*r).nice = s.nice;
             (*r).affinity = s.affinity;
             (*r).stopped.store(0, Ordering::Relaxed);
+            (*r).rttime_saved.store(0, Ordering::Relaxed);
         }
-        self.rec(i).state.store(VALID, Ordering::Release);
+        self.rec(i).state.store(kind, Ordering::Release);
         Some(Slot(i))
+    }
+
+    /// Notes, before the agent lowers it, process `tgid`'s RLIMIT_RTTIME in its template:
+    /// every restore of the process gives it back. False if the process has no template.
+    pub fn save_rttime(&mut self, tgid: i32, r: kernel::Rlimit) -> bool {
+        let Some(&slot) = self.templates.get(&tgid) else {
+            return false;
+        };
+        let rec = self.rec(slot.0);
+        rec.rttime_soft.store(r.soft, Ordering::Relaxed);
+        rec.rttime_hard.store(r.hard, Ordering::Relaxed);
+        rec.rttime_saved.store(1, Ordering::Release);
+        true
     }
 
     /// The saved state in a slot.
@@ -137,19 +231,20 @@ impl Ledger {
 
     /// Restores one thread to its saved state, if it still exists (same tid and start
     /// time), and continues its process if the agent had stopped it; the record stays
-    /// valid (see `clear`). Whether the thread was restored.
+    /// valid (see `clear`). Whether the thread still existed (and so was restored, as far
+    /// as the kernel let it).
     pub fn restore(&self, slot: Slot) -> bool {
         let (tid, start, s) = self.saved(slot);
         let stopped = self.rec(slot.0).stopped.load(Ordering::Acquire);
         if kernel::start_time(tid).ok() != Some(start) {
             return false;
         }
-        let ok = kernel::restore(tid, &s).is_ok();
+        let _ = kernel::restore(tid, &s);
         if stopped != 0 {
             // After the policy: it resumes at its original scheduling.
             let _ = kernel::signal_thread(stopped, tid, libc::SIGCONT);
         }
-        ok
+        true
     }
 
     /// Forgets a slot (after the agent restored the thread, or the thread exited).
@@ -157,24 +252,94 @@ impl Ledger {
         self.rec(slot.0).state.store(FREE, Ordering::Release);
     }
 
-    /// How many records are valid.
+    /// How many thread records are valid.
     pub fn valid(&self) -> usize {
         (0..LEDGER_CAPACITY).filter(|&i| self.rec(i).state.load(Ordering::Acquire) == VALID).count()
     }
 
-    /// Restores every valid record whose thread still exists (same tid and start time)
-    /// and clears it. Returns how many threads were restored.
+    /// Sets every thread of the process whose template is in `slot` that is not in
+    /// `self.done` (sorted: the threads restored from their own records) to the state it
+    /// would have had without the agent, `kernel::inherited(template)`, and adds it to
+    /// `done`. Those are the threads it created since the agent last listed its threads
+    /// (crate::state's adoption: up to a rescan period, or one pass with BPF events). The
+    /// process's threads are listed through its /proc directory, held open, after its main
+    /// thread's start time was checked, so a process that is not the recorded one is never
+    /// touched; they are listed again while a listing finds threads not set yet (created
+    /// meanwhile by a thread still in the agent's state), up to [`SWEEP_ROUNDS`] times.
+    /// Returns how many threads it set.
+    fn sweep(&mut self, slot: Slot) -> usize {
+        let (tgid, start, template) = self.saved(slot);
+        let want = kernel::inherited(&template);
+        let Ok(dir) = kernel::ProcDir::open(tgid) else {
+            return 0;
+        };
+        if dir.start_time().ok() != Some(start) {
+            return 0;
+        }
+        let rec = self.rec(slot.0);
+        if rec.rttime_saved.load(Ordering::Acquire) == 1 {
+            let r = kernel::Rlimit { soft: rec.rttime_soft.load(Ordering::Relaxed), hard: rec.rttime_hard.load(Ordering::Relaxed) };
+            let _ = kernel::set_rttime(tgid, r);
+        }
+        let done = &mut self.done;
+        let mut n = 0;
+        for _ in 0..SWEEP_ROUNDS {
+            let mut found = 0;
+            let listed = dir.threads(|tid| {
+                if let Err(i) = done.binary_search(&tid) {
+                    done.insert(i, tid);
+                    let _ = kernel::restore(tid, &want);
+                    found += 1;
+                }
+            });
+            n += found;
+            if found == 0 || listed.is_err() {
+                break;
+            }
+        }
+        n
+    }
+
+    /// Restores process `tgid` after the agent restored the threads in `restored` from
+    /// their records (`restore`): its other threads are set from its template (`sweep`),
+    /// and the template is forgotten. Returns how many threads the sweep set.
+    pub fn restore_process(&mut self, tgid: i32, restored: &[i32]) -> usize {
+        let Some(slot) = self.templates.remove(&tgid) else {
+            return 0;
+        };
+        self.done.clear();
+        self.done.extend_from_slice(restored);
+        self.done.sort_unstable();
+        let n = self.sweep(slot);
+        self.clear(slot);
+        n
+    }
+
+    /// Restores everything the ledger holds and clears it: first every thread record
+    /// whose thread still exists (same tid and start time), then every process with a
+    /// template, whose threads without a record are set from it (`sweep`). Returns how
+    /// many threads were restored or set.
     pub fn restore_all(&mut self) -> usize {
         let mut n = 0;
+        self.done.clear();
         for i in 0..LEDGER_CAPACITY {
             if self.rec(i).state.load(Ordering::Acquire) != VALID {
                 continue;
             }
             if self.restore(Slot(i)) {
                 n += 1;
+                self.done.push(self.rec(i).tid);
             }
             self.clear(Slot(i));
         }
+        self.done.sort_unstable();
+        for i in 0..LEDGER_CAPACITY {
+            if self.rec(i).state.load(Ordering::Acquire) == PROCESS {
+                n += self.sweep(Slot(i));
+                self.clear(Slot(i));
+            }
+        }
+        self.templates.clear();
         n
     }
 }
@@ -243,7 +408,7 @@ impl Guardian {
         }
         if pid == 0 {
             drop(life);
-            let code = guard(Ledger { base: ledger.base, next: 0 }, read.as_raw_fd(), LifeLock(lock.0), prio);
+            let code = guard(ledger.for_guardian(), read.as_raw_fd(), LifeLock(lock.0), prio);
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(code) };
         }
@@ -319,9 +484,11 @@ fn guard(mut ledger: Ledger, life: i32, lock: LifeLock, prio: i32) -> i32 {
                 std::thread::park();
             }
         }
+        let t0 = kernel::now_ns();
         let n = ledger.restore_all();
         if n > 0 {
-            eprintln!("vassal-guardian: the agent is gone ({why}); restored {n} thread(s) to their original scheduling");
+            let us = kernel::now_ns().saturating_sub(t0) / 1000;
+            eprintln!("vassal-guardian: the agent is gone ({why}); restored {n} thread(s) to their original scheduling in {us} µs");
         }
         // SAFETY: ends the guardian, both threads, without running anything else.
         unsafe { libc::_exit(0) };
@@ -340,7 +507,7 @@ fn guard(mut ledger: Ledger, life: i32, lock: LifeLock, prio: i32) -> i32 {
         if n == 1 {
             // The dispatcher holds the life lock: wait for it in a thread of our own.
             if let Some(lock) = lock.take() {
-                let mut theirs = Ledger { base: ledger.base, next: 0 };
+                let mut theirs = ledger.for_guardian();
                 let waiter = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
                     let _ = kernel::set_self(prio);
                     // The dispatcher never unlocks it: this returns when it died.

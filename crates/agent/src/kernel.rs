@@ -129,6 +129,124 @@ pub fn restore(tid: i32, s: &SchedState) -> io::Result<()> {
     aff
 }
 
+/// The state a thread created by a thread in state `parent` starts with: the parent's
+/// policy, priority, nice and affinity, except that with [`RESET_ON_FORK`] the child of a
+/// real-time (FIFO or RR) thread starts at SCHED_OTHER, nice 0, another's negative nice
+/// is reset to 0, and the child does not carry the flag (the kernel's `sched_fork`).
+/// SCHED_IDLE and the affinity are always inherited. What a thread that a managed process
+/// created would have had without the agent (crate::guardian, "templates").
+pub fn inherited(parent: &SchedState) -> SchedState {
+    if parent.policy & RESET_ON_FORK == 0 {
+        return *parent;
+    }
+    let policy = parent.policy & !RESET_ON_FORK;
+    if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
+        SchedState { policy: libc::SCHED_OTHER, prio: 0, nice: 0, affinity: parent.affinity }
+    } else {
+        SchedState { policy, prio: parent.prio, nice: parent.nice.max(0), affinity: parent.affinity }
+    }
+}
+
+/// A process's /proc directory, held open: what is read through it is that process's
+/// for good (once it is reaped the reads fail, even if its pid is reused), and nothing is
+/// allocated — the guardian's sweep of a process's threads (crate::guardian).
+pub struct ProcDir(std::os::fd::OwnedFd);
+
+impl ProcDir {
+    /// Opens /proc/PID.
+    pub fn open(pid: i32) -> io::Result<ProcDir> {
+        use std::os::fd::FromRawFd;
+        // "/proc/" and at most 11 characters of a pid, NUL-terminated.
+        let mut path = [0u8; 24];
+        path[..6].copy_from_slice(b"/proc/");
+        let n = 6 + write_decimal(&mut path[6..], pid);
+        path[n] = 0;
+        // SAFETY: a NUL-terminated path in a local buffer.
+        let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        check(fd)?;
+        // SAFETY: a fresh fd we own.
+        Ok(ProcDir(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Its main thread's start time, as [`start_time`] gives it.
+    pub fn start_time(&self) -> io::Result<u64> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: openat relative to our directory fd, with a NUL-terminated name.
+        let fd = unsafe { libc::openat(self.0.as_raw_fd(), c"stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        check(fd)?;
+        // SAFETY: a fresh fd we own (closed on drop).
+        let file = unsafe { File::from_raw_fd(fd) };
+        let mut buf = [0u8; 1024];
+        let n = std::os::unix::fs::FileExt::read_at(&file, &mut buf, 0)?;
+        stat_start_time(&buf[..n]).ok_or_else(|| io::ErrorKind::InvalidData.into())
+    }
+
+    /// Calls `f` with the tid of each of its threads (/proc/PID/task), in the kernel's
+    /// order.
+    pub fn threads(&self, mut f: impl FnMut(i32)) -> io::Result<()> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: openat relative to our directory fd, with a NUL-terminated name.
+        let fd = unsafe { libc::openat(self.0.as_raw_fd(), c"task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        check(fd)?;
+        // SAFETY: a fresh fd we own (closed on drop).
+        let dir = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // struct linux_dirent64 records: d_ino (8), d_off (8), d_reclen (2), d_type (1),
+        // d_name (NUL-terminated); 8-byte aligned.
+        let mut buf = [0u64; 512];
+        loop {
+            // SAFETY: the kernel writes at most the buffer's size into it.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), std::mem::size_of_val(&buf)) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            // SAFETY: the first n bytes of the buffer, as bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+            let mut at = 0;
+            while at + 19 < bytes.len() {
+                let len = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+                let name = &bytes[at + 19..(at + len).min(bytes.len())];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(tid) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                    f(tid);
+                }
+                if len == 0 {
+                    break;
+                }
+                at += len;
+            }
+        }
+    }
+}
+
+/// The start time in a /proc/.../stat line, without allocating (as `stat_fields` finds
+/// it: field 22, the 20th after "(comm)").
+fn stat_start_time(line: &[u8]) -> Option<u64> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let field = line[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty()).nth(19)?;
+    std::str::from_utf8(field).ok()?.trim_end().parse().ok()
+}
+
+/// Writes `v` (≥ 0) in decimal at the start of `out`; returns how many bytes.
+fn write_decimal(out: &mut [u8], v: i32) -> usize {
+    let mut digits = [0u8; 10];
+    let (mut v, mut n) = (v.max(0) as u32, 0);
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
+}
+
 /// The threads of a process.
 pub fn threads(pid: i32) -> io::Result<Vec<i32>> {
     let mut out = Vec::new();
@@ -421,6 +539,51 @@ mod tests {
     fn stat_fields_survive_parentheses_in_comm() {
         let f = stat_fields("12 (a) b) S 1 2 3").unwrap();
         assert_eq!(f[0], "S");
+        let line = "12 (a) b) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 19 20\n";
+        assert_eq!(stat_start_time(line.as_bytes()), Some(4242));
+        assert_eq!(stat_fields(line).and_then(|f| f[19].parse().ok()), Some(4242u64));
+    }
+
+    #[test]
+    fn a_thread_inherits_its_creators_state_as_sched_fork_says() {
+        let aff = one_cpu(0);
+        let other = SchedState { policy: libc::SCHED_OTHER, prio: 0, nice: 3, affinity: aff };
+        assert_eq!(inherited(&other), other);
+        let idle = SchedState { policy: libc::SCHED_IDLE | RESET_ON_FORK, prio: 0, nice: 0, affinity: aff };
+        assert_eq!(inherited(&idle), SchedState { policy: libc::SCHED_IDLE, ..idle });
+        let fifo = SchedState { policy: libc::SCHED_FIFO | RESET_ON_FORK, prio: 50, nice: -5, affinity: aff };
+        assert_eq!(inherited(&fifo), SchedState { policy: libc::SCHED_OTHER, prio: 0, nice: 0, affinity: aff });
+        assert_eq!(inherited(&SchedState { policy: libc::SCHED_FIFO, ..fifo }), SchedState { policy: libc::SCHED_FIFO, ..fifo });
+        let negative = SchedState { policy: libc::SCHED_OTHER | RESET_ON_FORK, prio: 0, nice: -5, affinity: aff };
+        assert_eq!(inherited(&negative), SchedState { policy: libc::SCHED_OTHER, nice: 0, ..negative });
+        let positive = SchedState { nice: 5, ..negative };
+        assert_eq!(inherited(&positive), SchedState { policy: libc::SCHED_OTHER, ..positive });
+    }
+
+    #[test]
+    fn a_proc_dir_lists_the_threads_and_start_time_of_its_process() {
+        let me = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            let _ = stop_rx.recv();
+        });
+        let other = rx.recv().unwrap();
+        let dir = ProcDir::open(me).unwrap();
+        assert_eq!(dir.start_time().unwrap(), start_time(me).unwrap());
+        let mut seen = Vec::new();
+        dir.threads(|tid| seen.push(tid)).unwrap();
+        // (Other tests' threads come and go meanwhile: only these two are sure.)
+        assert!(seen.contains(&me) && seen.contains(&other), "{seen:?}");
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        let mut buf = [0u8; 10];
+        for v in [0, 7, 42, 12345, i32::MAX] {
+            let n = write_decimal(&mut buf, v);
+            assert_eq!(&buf[..n], v.to_string().as_bytes());
+        }
+        assert!(ProcDir::open(i32::MAX).is_err());
     }
 
     #[test]

@@ -7,8 +7,16 @@
 //! the process CPU clock is its CPU use. Every thread of a managed process gets the same
 //! kernel state — a selected process is bound to the one CPU it was selected for, like
 //! paper 002's SetProcessAffinityMask — so a multithreaded process runs on one CPU at a
-//! time. Threads are listed at join and re-listed every [`RESCAN`]; raised threads carry
-//! SCHED_RESET_ON_FORK, so a thread or child created in between starts at SCHED_OTHER.
+//! time. Threads are listed at join and re-listed every [`RESCAN`] (with BPF, a new
+//! thread is adopted at the pass its creation event brings). Raised threads carry
+//! SCHED_RESET_ON_FORK, so a thread or child created in between starts at SCHED_OTHER,
+//! nice 0 — but bound where its creator was bound, and the child of a parked thread at
+//! SCHED_IDLE. So the ledger (crate::guardian) records, besides each thread's original,
+//! the process's *template* (its main thread's original, at join), and a thread adopted
+//! later gets as its original what it would have had without the agent: inherited from
+//! its creator's original when a BPF event named the creator, else from the template
+//! (`late_original`). Unmanaging a process restores each recorded thread, then sets the
+//! threads it has that are not recorded yet from the template (`unmanage`).
 //!
 //! **Kernel state of a managed process** (recomputed after every change, applied only
 //! where it differs from what was applied last):
@@ -191,9 +199,6 @@ struct Managed {
     /// The share its reservations hold, ppm of one CPU (counted against
     /// `max_rt_per_uid` for a non-root owner).
     reserved_ppm: u64,
-    /// Its RLIMIT_RTTIME before the agent set the backstop (non-root processes), restored
-    /// when it is released.
-    rttime: Option<kernel::Rlimit>,
     /// What its schedulers said about it lately (their logs: a reservation removed, a
     /// warp limit reached), newest last, for `ctl tasks`.
     notes: VecDeque<String>,
@@ -618,24 +623,37 @@ impl Agent {
 
     // ----- joining and leaving -----
 
-    /// Starts managing `pid` (owned by `uid`): its threads' states go into the ledger
-    /// before anything is changed, and the default scheduler gets it with `params`.
+    /// Starts managing `pid` (owned by `uid`): its threads' states, and its template (its
+    /// main thread's state, for the threads it creates later: crate::guardian), go into
+    /// the ledger before anything is changed, and the default scheduler gets it with
+    /// `params`.
     fn manage(&mut self, now: Ns, pid: i32, uid: u32, params: &BTreeMap<String, i64>) -> Result<TaskId, String> {
         let clock = CpuClock::of_process(pid).map_err(|e| format!("process {pid}: {e}"))?;
         let cpu_ns = clock.read().map_err(|e| format!("process {pid}: {e}"))?;
         let mut threads = Vec::new();
         let tids = kernel::threads(pid).map_err(|e| format!("process {pid}: {e}"))?;
+        let mut failed = None;
         for tid in tids {
-            match self.adopt_thread(pid, tid) {
+            match self.adopt_thread(pid, tid, None) {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    for t in threads {
-                        self.unwatch(t.tid);
-                        self.ledger.clear(t.slot);
-                    }
-                    return Err(format!("process {pid} thread {tid}: {e}"));
+                    failed = Some(format!("process {pid} thread {tid}: {e}"));
+                    break;
                 }
             }
+        }
+        // Its template: the main thread's original (crate::guardian).
+        let main = threads.iter().find(|t| t.tid == pid).map(|t| self.ledger.saved(t.slot));
+        let failed = failed.or_else(|| match main {
+            Some((_, start, s)) => self.ledger.save_process(pid, start, &s).is_none().then(|| "the guardian's ledger is full".to_string()),
+            None => Some(format!("process {pid}: its main thread is gone")),
+        });
+        if let Some(e) = failed {
+            for t in threads {
+                self.unwatch(t.tid);
+                self.ledger.clear(t.slot);
+            }
+            return Err(e);
         }
         let runnable = threads.iter().any(|t| t.run);
         // The process's own affinity, as the ledger saved it for its first thread.
@@ -649,7 +667,9 @@ impl Agent {
                 let bound = kernel::CpuTimer::new(&clock, task.0).ok();
                 // The kernel's backstop on a non-root process's real time (RLIMIT_RTTIME:
                 // SIGXCPU, then SIGKILL), should the agent ever fail to demote it.
-                let rttime = (uid != 0).then(|| self.set_backstop(pid)).flatten();
+                if uid != 0 {
+                    self.set_backstop(pid);
+                }
                 self.by_pid.insert(pid, task);
                 self.tasks.insert(
                     task.0,
@@ -677,7 +697,6 @@ impl Agent {
                         rt_since_read: None,
                         episode_rt: 0,
                         reserved_ppm: 0,
-                        rttime,
                         notes: VecDeque::new(),
                     },
                 );
@@ -688,18 +707,25 @@ impl Agent {
                     self.unwatch(t.tid);
                     self.ledger.clear(t.slot);
                 }
+                self.ledger.forget_process(pid);
                 Err(why)
             }
         }
     }
 
-    fn adopt_thread(&mut self, pid: i32, tid: i32) -> Result<Thread, String> {
+    /// Starts managing thread `tid` of `pid`: records its original state in the ledger —
+    /// `original`, or (None) the state it has now — and watches it (BPF). A thread listed
+    /// at join has its own state as original. One created later is given the state it
+    /// would have had without the agent (`late_original`), because it inherited the state
+    /// the agent gave its creator (one CPU, SCHED_IDLE: SCHED_RESET_ON_FORK resets neither).
+    fn adopt_thread(&mut self, pid: i32, tid: i32, original: Option<kernel::SchedState>) -> Result<Thread, String> {
         let start = kernel::start_time(tid).map_err(|e| e.to_string())?;
-        let saved = kernel::get_sched(tid).map_err(|e| e.to_string())?;
+        let now = kernel::get_sched(tid).map_err(|e| e.to_string())?;
         // SCHED_DEADLINE parameters cannot be saved and restored with sched_setscheduler.
-        if saved.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
+        if now.policy & !RESET_ON_FORK == libc::SCHED_DEADLINE {
             return Err("a SCHED_DEADLINE thread cannot be managed".into());
         }
+        let saved = original.unwrap_or(now);
         let mut stat = StatFile::open(tid).map_err(|e| e.to_string())?;
         let slot = self.ledger.save(tid, start, &saved).ok_or("the guardian's ledger is full")?;
         // Its state is read after its tid went into the BPF map: every block or wake from
@@ -711,6 +737,17 @@ impl Agent {
         };
         let run = stat.state().is_ok_and(|s| s == b'R');
         Ok(Thread { tid, slot, stat, applied: KState::Untouched, watched, run, quiet: false, bound: None })
+    }
+
+    /// The original state of a thread that the process of task `id` created after it
+    /// joined: the state it inherited from its creator's original (`kernel::inherited`),
+    /// if the creator is known (the BPF new-thread event names it) and recorded; else
+    /// from the process's template, its main thread's original. A change the process
+    /// itself made to the new thread before the agent adopted it is not kept.
+    fn late_original(&self, id: u32, creator: Option<i32>) -> Option<kernel::SchedState> {
+        let m = self.tasks.get(&id)?;
+        let recorded = creator.and_then(|c| m.threads.iter().find(|t| t.tid == c)).map(|t| self.ledger.saved(t.slot).2);
+        recorded.or_else(|| self.ledger.template(m.pid)).map(|s| kernel::inherited(&s))
     }
 
     fn unwatch(&mut self, tid: i32) {
@@ -748,7 +785,7 @@ impl Agent {
         let reply = self.disp.message(now, target, Sender { task: Some(task), uid }, task, &Request::Join);
         if let Reply::Refused(why) = reply {
             if fresh {
-                self.unmanage(now, task, true);
+                self.unmanage(now, task);
             }
             self.settle(now);
             return Answer::refused(why);
@@ -776,47 +813,53 @@ impl Agent {
         let Some(&task) = self.by_pid.get(&pid) else {
             return Answer::refused(format!("process {pid} is not managed"));
         };
-        self.unmanage(now, task, true);
+        self.unmanage(now, task);
         self.settle(now);
         Answer::Ok
     }
 
-    fn unmanage(&mut self, now: Ns, task: TaskId, restore: bool) {
+    /// Stops managing `task` and restores every thread of its process: each recorded one
+    /// to its original state (and continued, if the agent had stopped it), then the
+    /// threads the ledger does not know yet (created since the last adoption) from the
+    /// process's template (`Ledger::restore_process`), and its RLIMIT_RTTIME. Also when its
+    /// main thread is gone (`poll`): the process exited, or only its leader did, and the
+    /// threads that leader left must not stay as the agent set them either (for a process
+    /// that exited this finds nothing).
+    fn unmanage(&mut self, now: Ns, task: TaskId) {
         if let Some(cpu) = self.disp.remove_task(now, task) {
             self.effects_push_resched(cpu);
         }
         if let Some(m) = self.tasks.remove(&task.0) {
             self.by_pid.remove(&m.pid);
+            let mut restored = Vec::with_capacity(m.threads.len());
             for t in m.threads {
                 self.unwatch(t.tid);
-                if restore {
-                    // Continues the process too if the agent had stopped it (held).
-                    self.ledger.restore(t.slot);
-                } else if m.stopped {
-                    // Its main thread is gone (the process exited, or only its leader
-                    // did): whatever threads are left must not stay stopped.
-                    let _ = kernel::signal_thread(m.pid, t.tid, libc::SIGCONT);
+                // Continues the process too if the agent had stopped it (held).
+                if self.ledger.restore(t.slot) {
+                    restored.push(t.tid);
                 }
                 self.ledger.clear(t.slot);
             }
-            if let (true, Some(r)) = (restore, m.rttime) {
-                let _ = kernel::set_rttime(m.pid, r);
-            }
+            self.ledger.restore_process(m.pid, &restored);
         }
     }
 
     /// Lowers a non-root process's RLIMIT_RTTIME to the backstop (`rt_backstop`; SIGKILL
-    /// at twice it), never raising it; returns what it was (to restore at release). The
+    /// at twice it), never raising it, after noting what it was in the process's template
+    /// (every restore of the process, the guardian's too, gives it back). The
     /// kernel counts a thread's real-time CPU since it last woke: the agent's grants keep
     /// that below `rt_backstop` (a warp episode ends at the warp limit; a spent budget
     /// holds or demotes the task, and a hold is a stop, after which the count starts again).
-    fn set_backstop(&mut self, pid: i32) -> Option<kernel::Rlimit> {
+    fn set_backstop(&mut self, pid: i32) {
         let old = kernel::rttime(pid);
         let us = self.cfg.rt_backstop / 1000;
+        // Into the process's template first: the guardian gives it back whatever happens.
+        let old =
+            old.and_then(|o| if self.ledger.save_rttime(pid, o) { Ok(o) } else { Err(std::io::Error::from_raw_os_error(libc::ESRCH)) });
         let r = old
             .and_then(|old| kernel::set_rttime(pid, kernel::Rlimit { soft: old.soft.min(us), hard: old.hard.min(2 * us) }).map(|()| old));
         match r {
-            Ok(old) => Some(old),
+            Ok(_) => {}
             // Another user's limits need CAP_SYS_RESOURCE, which some containers drop:
             // the budgets and their CPU-clock timers then stand alone (said once).
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
@@ -824,13 +867,9 @@ impl Agent {
                     self.backstop_refused = true;
                     eprintln!("vassal agent: the kernel refuses to set RLIMIT_RTTIME of other users' processes (no CAP_SYS_RESOURCE): non-root tasks have no kernel backstop, only the agent's real-time budgets");
                 }
-                None
             }
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => None,
-            Err(_) => {
-                self.kernel_errors += 1;
-                None
-            }
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => self.kernel_errors += 1,
         }
     }
 
@@ -1149,17 +1188,27 @@ impl Agent {
         src.drain(&mut evs);
         self.bpf_events += evs.len() as u64;
         for e in &evs {
-            let Some(task) = self.by_pid.get(&e.tgid) else {
+            let Some(&task) = self.by_pid.get(&e.tgid) else {
                 continue;
             };
             let Some(m) = self.tasks.get_mut(&task.0) else {
                 continue;
             };
             m.evented = true;
-            if e.kind == Kind::New || e.exited() {
+            if e.exited() {
                 m.rescanned = 0;
             }
             if e.kind == Kind::New {
+                // Adopted now, with the original it would have had without the agent
+                // (from its creator's, which the event names); if that fails, the rescan
+                // at this pass tries again.
+                if !m.threads.iter().any(|t| t.tid == e.tid) {
+                    let original = self.late_original(task.0, Some(e.creator));
+                    match self.adopt_thread(e.tgid, e.tid, original) {
+                        Ok(t) => self.tasks.get_mut(&task.0).expect("looked up").threads.push(t),
+                        Err(_) => self.tasks.get_mut(&task.0).expect("looked up").rescanned = 0,
+                    }
+                }
                 continue;
             }
             let woke = e.kind == Kind::Wake;
@@ -1220,7 +1269,7 @@ impl Agent {
             }
             let cpu_now = m.clock.read();
             if gone || cpu_now.is_err() {
-                self.unmanage(now, task, false);
+                self.unmanage(now, task);
                 continue;
             }
             let cpu_now = cpu_now.expect("checked");
@@ -1351,7 +1400,9 @@ impl Agent {
         }
     }
 
-    /// Re-lists a process's threads: new ones are saved and given the process's state.
+    /// Re-lists a process's threads: new ones are saved, with the original they would
+    /// have had without the agent (`late_original`, from the template: a rescan does not
+    /// know their creators), and given the process's state.
     fn rescan(&mut self, now: Ns, id: u32) {
         let Some(m) = self.tasks.get_mut(&id) else {
             return;
@@ -1375,8 +1426,9 @@ impl Agent {
             self.unwatch(tid);
             self.ledger.clear(s);
         }
+        let original = self.late_original(id, None);
         for tid in tids.into_iter().filter(|t| !known.contains(t)) {
-            if let Ok(t) = self.adopt_thread(pid, tid) {
+            if let Ok(t) = self.adopt_thread(pid, tid, original) {
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.threads.push(t);
                 }
@@ -1691,7 +1743,7 @@ impl Agent {
     pub fn restore_all(&mut self, now: Ns) {
         let ids: Vec<u32> = self.tasks.keys().copied().collect();
         for id in ids {
-            self.unmanage(now, TaskId(id), true);
+            self.unmanage(now, TaskId(id));
         }
         self.ledger.restore_all();
         if let Some(t) = self.chrome.as_mut() {
