@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use vassal_module::{open_file, Backend, MAX_MODULE_BYTES};
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vassal-module-files-{}", std::process::id()));
+/// A directory of the test's own (removed at its end).
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vassal-module-files-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -30,46 +31,48 @@ fn refusal(path: &Path) -> String {
 
 #[test]
 fn a_fifo_is_refused_without_waiting_for_a_writer() {
-    let fifo = dir().join("module.fifo");
-    let _ = std::fs::remove_file(&fifo);
+    let d = dir("fifo");
+    let fifo = d.join("module.fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a path we own.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let e = refusal(&fifo);
     assert_eq!(e, format!("cannot read module file {}: not a regular file (a FIFO)", fifo.display()));
     // Through a symbolic link too (it is followed, and the target checked).
-    let link = dir().join("fifo-link.wasm");
-    let _ = std::fs::remove_file(&link);
+    let link = d.join("fifo-link.wasm");
     std::os::unix::fs::symlink(&fifo, &link).unwrap();
     assert!(refusal(&link).ends_with("not a regular file (a FIFO)"));
-    let _ = std::fs::remove_file(&link);
-    let _ = std::fs::remove_file(&fifo);
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn devices_and_directories_are_refused() {
     assert_eq!(refusal(Path::new("/dev/zero")), "cannot read module file /dev/zero: not a regular file (a character device)");
-    assert!(refusal(&dir()).ends_with("not a regular file (a directory)"));
+    let d = dir("devices");
+    assert!(refusal(&d).ends_with("not a regular file (a directory)"));
+    std::fs::remove_dir_all(&d).unwrap();
     assert!(refusal(Path::new("/nonexistent/x.wasm")).contains("No such file"));
 }
 
 #[test]
 fn a_file_over_the_bound_is_refused_by_its_size() {
-    let big = dir().join("big.wasm");
+    let d = dir("big");
+    let big = d.join("big.wasm");
     let f = std::fs::File::create(&big).unwrap();
     f.set_len(MAX_MODULE_BYTES + 1).unwrap(); // sparse: no disk, and never read
     let e = refusal(&big);
     assert!(e.contains(&format!("{} bytes", MAX_MODULE_BYTES + 1)) && e.contains("64 MiB"), "{e}");
-    let _ = std::fs::remove_file(&big);
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_regular_file_is_read() {
     // Not a module, but read: the refusal is the WebAssembly host's, not the reader's.
-    let f = dir().join("text.wasm");
+    let d = dir("text");
+    let f = d.join("text.wasm");
     std::fs::write(&f, "not a module").unwrap();
     let e = open_file(&f, 1, &BTreeMap::new(), Default::default()).err().unwrap().to_string();
     assert!(e.starts_with("not a valid WebAssembly module"), "{e}");
     assert_eq!(Backend::of_file(&f).unwrap(), Backend::Wasm);
-    let _ = std::fs::remove_file(&f);
+    std::fs::remove_dir_all(&d).unwrap();
 }
