@@ -16,6 +16,8 @@ if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep 
 fi
 cargo build --release --locked --target wasm32-unknown-unknown --manifest-path sdk/Cargo.toml
 cargo build --release --locked --manifest-path sdk/Cargo.toml
+# (The wire protocol's fuzz target, crates/agent/tests/fuzz.rs, runs 3,000 cases here, a
+# fraction of a second; VASSAL_FUZZ_CASES=N runs it longer.)
 cargo test --release --locked --workspace
 ./target/release/vassal repro
 ./target/release/vassal bench --quick

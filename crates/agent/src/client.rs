@@ -23,7 +23,8 @@
 //! kernel runs it the instant its timer fires.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use vassal_core::Ns;
@@ -41,6 +42,10 @@ pub enum ClientError {
     Refused(String),
     /// The agent sent something this client does not understand.
     Protocol(String),
+    /// The connection ended after a call was sent and before its answer came (a reset or
+    /// an end of file): the agent may have died, and whether it carried the call out is
+    /// unknown.
+    Closed,
 }
 
 impl std::fmt::Display for ClientError {
@@ -49,6 +54,7 @@ impl std::fmt::Display for ClientError {
             ClientError::Io(e) => write!(f, "talking to the vassal agent: {e}"),
             ClientError::Refused(r) => write!(f, "refused: {r}"),
             ClientError::Protocol(p) => write!(f, "unexpected reply from the agent: {p}"),
+            ClientError::Closed => write!(f, "the agent closed the connection before answering — it may have died; see its log"),
         }
     }
 }
@@ -61,9 +67,26 @@ impl From<io::Error> for ClientError {
     }
 }
 
+/// An error that says the other end of the connection is gone.
+fn gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::NotConnected
+    )
+}
+
 /// A connection to the agent.
+///
+/// The agent closes a connection that stays idle past its `client_timeout` (default 5 s),
+/// after telling it so (a `closing` line, docs/agent.md "Connections"); the next call then
+/// goes over a new connection, transparently. A call the agent had not read when it
+/// closed (it said `closing`, or the socket was closed before the call was written) is
+/// sent again, once; a connection that ends after a call was sent and before its answer
+/// is [`ClientError::Closed`], never retried (the call may have been carried out).
 pub struct Client {
-    sock: UnixStream,
+    path: String,
+    /// None: closed by the agent; reopened at the next call.
+    sock: Option<UnixStream>,
     /// Bytes received and not yet consumed as reply lines.
     inbuf: Vec<u8>,
     /// Replies still owed for SETs sent by `wake_at` without waiting.
@@ -74,13 +97,47 @@ pub struct Client {
 impl Client {
     pub fn connect(path: &str) -> Result<Client, ClientError> {
         let s = UnixStream::connect(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-        Ok(Client { sock: s, inbuf: Vec::new(), pending: 0, pid: std::process::id() as i32 })
+        Ok(Client { path: path.to_string(), sock: Some(s), inbuf: Vec::new(), pending: 0, pid: std::process::id() as i32 })
     }
 
     /// Connects to $VASSAL_SOCKET, else /run/vassal.sock.
     pub fn connect_default() -> Result<Client, ClientError> {
         let path = std::env::var("VASSAL_SOCKET").unwrap_or_else(|_| DEFAULT_SOCKET.to_string());
         Client::connect(&path)
+    }
+
+    /// Forgets a connection the agent closed (SETs still owed an answer were for times
+    /// already past: `wake_at` slept until them).
+    fn lost(&mut self) {
+        self.sock = None;
+        self.inbuf.clear();
+        self.pending = 0;
+    }
+
+    /// One read of what is waiting (`wait`: blocks for it). Ok(false): nothing waiting;
+    /// Err(Closed): end of file or reset.
+    fn fill(&mut self, wait: bool) -> Result<bool, ClientError> {
+        let Some(s) = &self.sock else { return Err(ClientError::Closed) };
+        let mut tmp = [0u8; 4096];
+        loop {
+            let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+            // SAFETY: receives into a local buffer of its length.
+            let n = unsafe { libc::recv(s.as_raw_fd(), tmp.as_mut_ptr().cast(), tmp.len(), flags) };
+            if n > 0 {
+                self.inbuf.extend_from_slice(&tmp[..n as usize]);
+                return Ok(true);
+            }
+            if n == 0 {
+                return Err(ClientError::Closed);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return Ok(false),
+                _ if gone(&e) => return Err(ClientError::Closed),
+                _ => return Err(e.into()),
+            }
+        }
     }
 
     /// The next reply line; `wait = false`: None if none has fully arrived.
@@ -91,27 +148,74 @@ impl Client {
                 let text = String::from_utf8_lossy(&line);
                 return serde_json::from_str(text.trim_end()).map(Some).map_err(|e| ClientError::Protocol(format!("{e}: {text}")));
             }
-            let mut tmp = [0u8; 4096];
-            self.sock.set_nonblocking(!wait)?;
-            let r = self.sock.read(&mut tmp);
-            self.sock.set_nonblocking(false)?;
-            match r {
-                Ok(0) => return Err(ClientError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the agent closed the connection"))),
-                Ok(n) => self.inbuf.extend_from_slice(&tmp[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+            if !self.fill(wait)? {
+                return Ok(None);
             }
         }
+    }
+
+    /// Before a call, with no answer owed: has the agent closed this connection (said
+    /// `closing`, or shut it)? Then it is forgotten, and the call opens a new one. Any
+    /// other line waiting (a refusal of the connection) is left for the call to read.
+    fn check_open(&mut self) {
+        if self.sock.is_none() {
+            return;
+        }
+        let ended = loop {
+            match self.fill(false) {
+                Ok(true) => {}
+                Ok(false) => break false,
+                Err(_) => break true,
+            }
+        };
+        let closing = self
+            .inbuf
+            .iter()
+            .position(|&b| b == b'\n')
+            .is_some_and(|pos| matches!(serde_json::from_slice::<Answer>(&self.inbuf[..pos]), Ok(Answer::Closing { .. })));
+        if closing || (ended && !self.inbuf.contains(&b'\n')) {
+            self.lost();
+        }
+    }
+
+    /// Sends one line, over a new connection if the agent closed the last one.
+    fn send(&mut self, line: &[u8]) -> Result<(), ClientError> {
+        if self.sock.is_none() {
+            let s = UnixStream::connect(&self.path).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("the agent closed the connection, and a new one to {} failed: {e} (it may have died; see its log)", self.path),
+                )
+            })?;
+            self.sock = Some(s);
+        }
+        let s = self.sock.as_ref().expect("just connected");
+        let mut rest = line;
+        while !rest.is_empty() {
+            // SAFETY: sends from a live slice; MSG_NOSIGNAL: an agent gone is an error, not
+            // a SIGPIPE that would kill the caller.
+            let n = unsafe { libc::send(s.as_raw_fd(), rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            rest = &rest[n as usize..];
+        }
+        Ok(())
     }
 
     /// Collects the replies to SETs sent without waiting; the first refusal is returned.
     fn settle_pending(&mut self, wait: bool) -> Result<(), ClientError> {
         let mut first_err = None;
         while self.pending > 0 {
-            match self.next_reply(wait)? {
-                None => break,
-                Some(a) => {
+            match self.next_reply(wait) {
+                Ok(None) => break,
+                Ok(Some(Answer::Closing { .. })) | Err(ClientError::Closed) => self.lost(),
+                Err(e) => return Err(e),
+                Ok(Some(a)) => {
                     self.pending -= 1;
                     if let (Answer::Refused { reason } | Answer::Error { message: reason }, None) = (a, &first_err) {
                         first_err = Some(ClientError::Refused(reason));
@@ -125,8 +229,36 @@ impl Client {
     /// Sends one call and reads its answer (refusals come back as `Ok(Answer::Refused)`).
     pub fn call(&mut self, call: &Call) -> Result<Answer, ClientError> {
         self.settle_pending(true)?;
-        self.sock.write_all(wire::encode(call).as_bytes())?;
-        self.next_reply(true)?.ok_or_else(|| ClientError::Protocol("no reply".into()))
+        self.check_open();
+        let line = wire::encode(call);
+        let mut again = true;
+        loop {
+            let sent = match self.send(line.as_bytes()) {
+                Ok(()) => true,
+                // The agent closed the connection: what it said last may still be there.
+                Err(ClientError::Io(e)) if gone(&e) => false,
+                Err(e) => return Err(e),
+            };
+            match self.next_reply(true) {
+                Ok(Some(Answer::Closing { .. })) if again => {}
+                Ok(Some(Answer::Closing { .. })) => {
+                    self.lost();
+                    return Err(ClientError::Closed);
+                }
+                Ok(Some(a)) => return Ok(a),
+                Ok(None) => return Err(ClientError::Protocol("no reply".into())),
+                // Closed before it could have read the call.
+                Err(ClientError::Closed) if !sent && again => {}
+                Err(ClientError::Closed) => {
+                    self.lost();
+                    return Err(ClientError::Closed);
+                }
+                Err(e) => return Err(e),
+            }
+            // Not carried out: once more, on a new connection.
+            self.lost();
+            again = false;
+        }
     }
 
     /// Like `call`, with refusals and errors as `Err`.
@@ -170,9 +302,20 @@ impl Client {
             Err(ClientError::Refused(r)) if r.contains("already past") => {}
             r => r?,
         }
+        if self.pending == 0 {
+            self.check_open();
+        }
         if at > kernel::now_ns() {
             let call = Call::Message { sched: None, pid: self.pid, request: WireRequest::SetAt { at_ns: at } };
-            self.sock.write_all(wire::encode(&call).as_bytes())?;
+            let line = wire::encode(&call);
+            match self.send(line.as_bytes()) {
+                // Closed before it read the SET: once more, on a new connection.
+                Err(ClientError::Io(e)) if gone(&e) => {
+                    self.lost();
+                    self.send(line.as_bytes())?;
+                }
+                r => r?,
+            }
             self.pending += 1;
             kernel::sleep_until(at);
             while kernel::now_ns() < at {

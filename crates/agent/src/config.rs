@@ -192,6 +192,8 @@ struct Raw {
     run_priority: Option<i32>,
     best_effort_run: Option<BestEffortRun>,
     max_clients: Option<usize>,
+    max_clients_per_uid: Option<usize>,
+    client_timeout: Option<String>,
     events: Option<EventsMode>,
     max_rt_per_uid: Option<f64>,
     rt_window: Option<String>,
@@ -217,6 +219,12 @@ pub struct Config {
     pub run_priority: i32,
     pub best_effort_run: BestEffortRun,
     pub max_clients: usize,
+    /// At most this many connections of one ordinary uid at once (root's are counted
+    /// apart: docs/agent.md, "Connections").
+    pub max_clients_per_uid: usize,
+    /// A client must send a whole call within this long of connecting or of its last
+    /// answer, and read each answer within it, or it is dropped (`client_timeout`).
+    pub client_timeout: Ns,
     /// The event source (`events`).
     pub events: EventsMode,
     pub default: DefaultSpec,
@@ -377,6 +385,20 @@ impl Config {
                 }
             }
         }
+        let max_clients = raw.max_clients.unwrap_or(64);
+        let max_clients_per_uid = raw.max_clients_per_uid.unwrap_or(max_clients.min(8));
+        if max_clients == 0 || !(1..=max_clients).contains(&max_clients_per_uid) {
+            return Err(format!(
+                "max_clients {max_clients}, max_clients_per_uid {max_clients_per_uid}: need 1 <= max_clients_per_uid <= max_clients"
+            ));
+        }
+        let client_timeout = match &raw.client_timeout {
+            None => 5_000 * MS,
+            Some(s) => parse_duration(s).map_err(|e| format!("client_timeout: {e}"))?,
+        };
+        if !(100 * MS..=3_600_000 * MS).contains(&client_timeout) {
+            return Err(format!("client_timeout {client_timeout} ns: must be between 100ms and 1h"));
+        }
         Ok(Config {
             socket: raw.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             rt_fraction,
@@ -385,7 +407,9 @@ impl Config {
             guardian_priority,
             run_priority,
             best_effort_run: raw.best_effort_run.unwrap_or(BestEffortRun::Other),
-            max_clients: raw.max_clients.unwrap_or(64),
+            max_clients,
+            max_clients_per_uid,
+            client_timeout,
             events: raw.events.unwrap_or(EventsMode::Auto),
             default,
             ceilings,
@@ -427,6 +451,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("scheduler 't'") && e.contains("lead"), "{e}");
+    }
+
+    #[test]
+    fn client_limits_and_timeout() {
+        let c = Config::default();
+        assert_eq!((c.max_clients, c.max_clients_per_uid, c.client_timeout), (64, 8, 5 * SEC));
+        let c = Config::from_toml("max_clients = 10\nmax_clients_per_uid = 10\nclient_timeout = \"500ms\"").unwrap();
+        assert_eq!((c.max_clients, c.max_clients_per_uid, c.client_timeout), (10, 10, 500 * MS));
+        assert_eq!(Config::from_toml("max_clients = 4").unwrap().max_clients_per_uid, 4);
+        assert!(Config::from_toml("max_clients = 4\nmax_clients_per_uid = 5").unwrap_err().contains("max_clients_per_uid"));
+        assert!(Config::from_toml("max_clients_per_uid = 0").unwrap_err().contains("max_clients_per_uid"));
+        assert!(Config::from_toml("client_timeout = \"1ms\"").unwrap_err().contains("client_timeout"));
+        assert!(Config::from_toml("client_timeout = \"soon\"").unwrap_err().contains("client_timeout"));
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! Calls (`"op"`): `join`, `leave`, `release`, `param`, `message`, `hierarchy`, `tasks`,
 //! `register`, `unregister`, `load`, `unload`, `status`. Replies (`"reply"`): `ok`, `value`, `fraction`, `refused`
 //! (the scheduler or the broker said no: permission, ceiling, admission), `error` (the
-//! call itself was malformed), `joined`, `hierarchy`, `tasks`. docs/agent.md has
-//! examples of each. A line longer than [`MAX_LINE`] bytes, or not UTF-8, or not a
-//! call, gets an `error` reply naming what was wrong; the agent never panics on input.
+//! call itself was malformed), `joined`, `hierarchy`, `tasks`, `status`, and `closing`
+//! (not an answer: the agent is about to close an idle connection, and the call the
+//! client may have sent meanwhile was not handled — send it again on a new connection).
+//! docs/agent.md has examples of each. A line longer than [`MAX_LINE`] bytes, or not
+//! UTF-8, or not a call, gets an `error` reply naming what was wrong; the agent never
+//! panics on input. docs/agent.md, "Connections", has the limits and timeouts.
 
 use std::collections::BTreeMap;
 
@@ -220,6 +223,11 @@ pub enum Answer {
     Hierarchy { schedulers: Vec<SchedRow> },
     Tasks { tasks: Vec<TaskRow> },
     Status(Status),
+    // Not an answer: the agent closes this connection (it stayed idle past
+    // `client_timeout`); whatever the client sent after the last answer was not handled.
+    // (A plain comment: a doc comment here would make rustfmt lay every variant out
+    // vertically.)
+    Closing { reason: String },
 }
 
 /// The agent's own figures, for `status`.
@@ -266,7 +274,7 @@ impl Answer {
         Answer::Error { message: why.into() }
     }
     pub fn is_ok(&self) -> bool {
-        !matches!(self, Answer::Refused { .. } | Answer::Error { .. })
+        !matches!(self, Answer::Refused { .. } | Answer::Error { .. } | Answer::Closing { .. })
     }
 }
 
@@ -336,5 +344,8 @@ mod tests {
         let c = Call::Join { pid: 7, sched: Some("timed".into()), params: [("weight".to_string(), 2)].into() };
         let line = encode(&c);
         assert_eq!(decode(line.trim_end().as_bytes()), Ok(c));
+        let a = Answer::Closing { reason: "idle for 5s: the connection is closed".into() };
+        assert_eq!(encode(&a), "{\"reply\":\"closing\",\"reason\":\"idle for 5s: the connection is closed\"}\n");
+        assert!(!a.is_ok());
     }
 }

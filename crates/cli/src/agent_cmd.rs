@@ -344,6 +344,7 @@ fn print_answer(a: &Answer) {
         Answer::Fraction { num, den } => println!("{num}/{den} ({:.4} CPUs)", *num as f64 / (*den).max(1) as f64),
         Answer::Refused { reason } => eprintln!("refused: {reason}"),
         Answer::Error { message } => eprintln!("error: {message}"),
+        Answer::Closing { reason } => eprintln!("the agent closed the connection: {reason}"),
         Answer::Joined { task, sched } => println!("joined {sched} as task{task}"),
         Answer::Hierarchy { schedulers } => {
             // A loaded module is marked "module" and named by its file after its usage.

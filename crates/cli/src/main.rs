@@ -191,13 +191,29 @@ fn load_module(
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    // A closed output pipe (`vassal ... | head -1`) ends the command as it ends coreutils:
+    // by SIGPIPE at the next write (status 141 in a shell), silently, instead of a panic
+    // in println! (Rust ignores SIGPIPE by default). Restored before parsing, so `--help`
+    // output is covered too; a command started by `vassal run` inherits the default.
+    // The agent keeps ignoring it: a client gone must never kill it (its sockets are
+    // written with MSG_NOSIGNAL as well).
+    set_sigpipe(libc::SIG_DFL);
+    let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Agent(_)) {
+        set_sigpipe(libc::SIG_IGN);
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vassal: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+fn set_sigpipe(disposition: libc::sighandler_t) {
+    // SAFETY: sets a signal's disposition to a constant (no handler code of ours).
+    unsafe { libc::signal(libc::SIGPIPE, disposition) };
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

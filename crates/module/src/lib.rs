@@ -57,12 +57,13 @@ impl Backend {
         }
     }
 
-    /// The form of the module in `path` (reads its first bytes).
+    /// The form of the module in `path` (reads its first bytes; opened as [`read_file`]
+    /// opens it: only a regular file of at most [`MAX_MODULE_BYTES`]).
     pub fn of_file(path: &Path) -> Result<Backend, LoadError> {
         use std::io::Read;
         let read_err = |err| LoadError::Read { path: path.display().to_string(), err };
         let mut head = [0u8; 4];
-        let mut f = std::fs::File::open(path).map_err(read_err)?;
+        let mut f = open_module_file(path).map_err(read_err)?;
         let n = f.read(&mut head).map_err(read_err)?;
         Ok(Backend::of(&head[..n]))
     }
@@ -112,11 +113,85 @@ pub fn open_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ModuleParam>
     open_bytes(&bytes, &label, ncpus, params, limits)
 }
 
-/// A module file's bytes and its label (the file's name), for every loader of a file.
+/// The largest module file read: 64 MiB (the SDK's examples are 30 KB–2 MB as
+/// WebAssembly, 0.4–4 MB native).
+pub const MAX_MODULE_BYTES: u64 = 64 << 20;
+
+/// A module file's bytes and its label (the file's name), for every loader of a file (the
+/// agent's `ctl load`, `vassal sim --load`, scenarios, [`WasmPolicy::from_file`]). Only a
+/// regular file of at most [`MAX_MODULE_BYTES`] is read, and nothing blocks: a FIFO, a
+/// device (`/dev/zero`), a socket or a directory is refused before it is opened, and
+/// again by the opened file's own type (the path may have changed in between); a file
+/// larger than the bound is refused by its size, and one growing while it is read is cut
+/// at the bound + 1 byte and refused.
 pub(crate) fn read_file(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
-    let bytes = std::fs::read(path).map_err(|err| LoadError::Read { path: path.display().to_string(), err })?;
+    use std::io::Read;
+    let read_err = |err| LoadError::Read { path: path.display().to_string(), err };
+    let f = open_module_file(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_MODULE_BYTES + 1).read_to_end(&mut bytes).map_err(read_err)?;
+    if bytes.len() as u64 > MAX_MODULE_BYTES {
+        return Err(read_err(too_large(bytes.len() as u64)));
+    }
     let label = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
     Ok((bytes, label))
+}
+
+fn too_large(len: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {len} bytes or more, larger than the limit for a module ({} MiB)", MAX_MODULE_BYTES >> 20),
+    )
+}
+
+/// Why a file of this type and size is not read as a module.
+fn check_module_file(md: &std::fs::Metadata) -> std::io::Result<()> {
+    let ft = md.file_type();
+    if !ft.is_file() {
+        #[cfg(unix)]
+        let what = {
+            use std::os::unix::fs::FileTypeExt;
+            if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_char_device() {
+                "a character device"
+            } else if ft.is_block_device() {
+                "a block device"
+            } else if ft.is_socket() {
+                "a socket"
+            } else if ft.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            }
+        };
+        #[cfg(not(unix))]
+        let what = if ft.is_dir() { "a directory" } else { "not a regular file" };
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("not a regular file ({what})")));
+    }
+    if md.len() > MAX_MODULE_BYTES {
+        return Err(too_large(md.len()));
+    }
+    Ok(())
+}
+
+/// Opens a module file for reading without blocking (see [`read_file`]). A symbolic link
+/// is followed (the simulator's users name modules through links; the agent loads only
+/// for root, and `vassal ctl load` sends the resolved path).
+fn open_module_file(path: &Path) -> std::io::Result<std::fs::File> {
+    check_module_file(&std::fs::metadata(path)?)?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Should the path now name a FIFO, the open does not wait for a writer; nor does
+        // a terminal become the controlling one.
+        opts.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    let f = opts.open(path)?;
+    check_module_file(&f.metadata()?)?;
+    Ok(f)
 }
 
 /// Where a module goes in the hierarchy, by scheduler name.

@@ -5,11 +5,16 @@
 //! code (paper 000 §3–4).
 //!
 //! What still contains a native module: the dispatcher's own checks (an invalid decision
-//! and the watchdog eject it, [`vassal_core::Containment`]) and the ABI checks at load.
-//! What does not: there is no fuel and no memory limit, and a fault in it (a panic, a bad
-//! pointer, an endless loop) crashes or hangs the host — load native modules only from
-//! those you would let run code as the agent ([`crate::Backend::sandboxed`] tells the
-//! forms apart before loading).
+//! and the watchdog eject it, [`vassal_core::Containment`]), the ABI checks at load, and a
+//! panic, which the SDK catches at the module's boundary (built with `panic = "unwind"`,
+//! the default): the module turns inert and reports it through its `vassal_fault` export,
+//! read after every call ([`Policy::fault`]), and the dispatcher ejects it as it ejects a
+//! trapping WebAssembly module. What does not: there is no fuel and no memory limit, and
+//! a fault that is not a panic (a bad pointer, an abort, a stack overflow, an endless
+//! loop) — or any panic in a module built with `panic = "abort"`, which exports no
+//! `vassal_fault` — crashes or hangs the host. Load native modules only from those you
+//! would let run code as the agent ([`crate::Backend::sandboxed`] tells the forms apart
+//! before loading).
 //!
 //! The host's functions go to the module as a table of function pointers
 //! ([`HostFns`], the SDK's `vassal_sdk::native::HostFns`) through the module's
@@ -149,10 +154,21 @@ struct Exports {
     mailbox: *const u64,
 }
 
+/// The SDK's `Fault` (`vassal_sdk::Fault`): `len` bytes of UTF-8 at `ptr`, `len` 0 until
+/// the module fails.
+#[repr(C)]
+struct Fault {
+    len: usize,
+    ptr: *const u8,
+}
+
 /// A native (shared-library) module running as a scheduling policy: trusted, not
 /// sandboxed. See the module documentation.
 pub struct NativePolicy {
     ex: Exports,
+    /// The module's fault record (`vassal_fault`); null if it exports none (built with
+    /// `panic = "abort"`, or an older SDK: a panic aborts the host).
+    fault: *const Fault,
     host: Box<Host>,
     /// Read by the module through `env` pointers; boxed so its address is stable.
     _table: Box<HostFns>,
@@ -228,6 +244,8 @@ impl NativePolicy {
         let usage_ppm: unsafe extern "C" fn() -> i64 = req!("vassal_usage_ppm");
         let usage_cpus: unsafe extern "C" fn() -> i64 = req!("vassal_usage_cpus");
         let ex = exports!(req, opt, unsafe { mailbox() });
+        let fault_at: Option<unsafe extern "C" fn() -> *const Fault> = opt!("vassal_fault");
+        let fault = fault_at.map_or(std::ptr::null(), |f| unsafe { f() });
         let mut host = Box::new(Host { ctx: std::ptr::null_mut(), kind: String::new(), reason: None, reply: None, logs: Vec::new() });
         let table = Box::new(HostFns {
             abi: ABI_VERSION as u32,
@@ -254,13 +272,16 @@ impl NativePolicy {
         if ex.mailbox.is_null() {
             return Err(LoadError::Abi("null mailbox address".into()));
         }
-        let mut p = NativePolicy { ex, host, _table: table, usage: Usage::BestEffort, label: label.to_string(), _lib: lib };
+        let mut p = NativePolicy { ex, fault, host, _table: table, usage: Usage::BestEffort, label: label.to_string(), _lib: lib };
         let bytes = glue::encode_params(params)?;
         p.write_buffer(&bytes)?;
         let rc = unsafe { init(ncpus as i32, bytes.len() as i32) };
         if rc != 0 {
             let why = p.host.reason.take().unwrap_or_else(|| format!("vassal_init returned {rc}"));
             return Err(LoadError::Init(why));
+        }
+        if let Some(f) = p.fault() {
+            return Err(LoadError::Init(f));
         }
         let (kind, ppm, cpus) = unsafe { (usage_kind(), usage_ppm(), usage_cpus()) };
         p.usage = glue::usage(kind, ppm, cpus)?;
@@ -278,6 +299,13 @@ impl NativePolicy {
     /// Always false: a native module runs unconfined in the host's process.
     pub fn sandboxed(&self) -> bool {
         false
+    }
+
+    /// Whether a panic in the module is caught and reported as its fault (it exports
+    /// `vassal_fault`: built with the SDK and `panic = "unwind"`), rather than aborting
+    /// the host.
+    pub fn catches_panics(&self) -> bool {
+        !self.fault.is_null()
     }
 
     fn write_buffer(&mut self, bytes: &[u8]) -> Result<(), LoadError> {
@@ -322,6 +350,7 @@ impl Policy for NativePolicy {
         })?;
         match rc {
             0 => Ok(()),
+            _ if self.fault().is_some() => Err(self.fault().unwrap_or_default()),
             rc => Err(self.host.reason.take().unwrap_or_else(|| format!("refused (code {rc})"))),
         }
     }
@@ -393,6 +422,7 @@ impl Policy for NativePolicy {
             Ok::<_, LoadError>(())
         });
         match r {
+            Ok(()) if self.fault().is_some() => Reply::refused(self.fault().unwrap_or_default()),
             Ok(()) => self.host.reply.take().unwrap_or(Reply::Ok),
             Err(e) => Reply::refused(format!("module {}: {e}", self.label)),
         }
@@ -425,5 +455,22 @@ impl Policy for NativePolicy {
             unsafe { f() };
         }
         out.append(&mut self.host.logs);
+    }
+
+    /// A panic the module caught (see the module documentation): one read of its fault
+    /// record per call.
+    fn fault(&self) -> Option<String> {
+        if self.fault.is_null() {
+            return None;
+        }
+        // SAFETY: the module's own static, valid while its library is loaded (it is
+        // dropped last); written once, by the module, during a call that has returned.
+        let f = unsafe { std::ptr::read_volatile(self.fault) };
+        if f.len == 0 || f.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: the SDK leaked `len` bytes of a String at `ptr` and never frees them.
+        let text = unsafe { std::slice::from_raw_parts(f.ptr, f.len.min(4096)) };
+        Some(format!("module {} {}", self.label, String::from_utf8_lossy(text)))
     }
 }

@@ -147,3 +147,34 @@ fn a_native_module_making_an_invalid_decision_is_ejected() {
     assert!(ej[0].reason.contains("task belongs to another scheduler"), "{}", ej[0].reason);
     let _ = other;
 }
+
+#[test]
+fn a_panicking_native_module_is_ejected_and_the_host_goes_on() {
+    // The SDK catches the panic at the module's boundary (the examples are built with
+    // `panic = "unwind"`): the module turns inert and reports it as its fault, and the
+    // dispatcher ejects it as it ejects a trapping WebAssembly module. Before, the panic
+    // aborted the host (the agent with it).
+    let bytes = std::fs::read(native("rr")).unwrap();
+    assert!(vassal_module::NativePolicy::from_bytes(&bytes, "rr", 1, &BTreeMap::new()).unwrap().catches_panics());
+    let rr = vassal_policies::build("rr", &BTreeMap::new()).unwrap();
+    let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
+    let mut opts = LoadOptions::default();
+    opts.params.insert("fail".into(), ModuleParam::Str("trap".into()));
+    opts.params.insert("after".into(), ModuleParam::Int(0));
+    let id = load(&mut d, &native("broken"), "bad", &Placement::Top, &opts).unwrap();
+    let t = d.add_task(0, TaskParams::new(), CpuSet::NONE, None, true);
+    assert_eq!(d.message(0, id, Sender::ROOT, t, &Request::Join), Reply::Ok);
+    // Its first pick panics: no opinion, so the default serves the task as a guest.
+    let got = d.schedule(0, CpuId(0), Preempt::Resched).unwrap();
+    assert_ne!(got.by, id);
+    let ej = d.eject_failed(0);
+    assert_eq!(ej.len(), 1, "{ej:?}");
+    let why = &ej[0].reason;
+    assert!(why.contains("panicked at") && why.contains("src/lib.rs") && why.contains("deliberate failure"), "{why}");
+    assert_eq!(d.lookup("bad"), None);
+    d.check_invariants().unwrap();
+    // The task is the default's now, and runs.
+    d.account(MS, t, CpuId(0), MS);
+    let got = d.schedule(MS, CpuId(0), Preempt::SliceExpired).unwrap();
+    assert_eq!((got.task, got.by.0), (t, 0));
+}

@@ -33,6 +33,14 @@
 //! The module is sandboxed and distrusted: a trap (a panic included), a call running past
 //! its fuel budget, memory past its limit, an invalid decision, or a runnable task left
 //! unserved past the watchdog gets it ejected, and its tasks go to the scheduler below.
+//!
+//! A panic in the policy is caught at the module's boundary in both forms: every export
+//! runs the policy under `catch_unwind`, and after a panic the module is inert (no
+//! opinion, refusals, no effects) and reports the fault, which gets it ejected like a
+//! trap. In WebAssembly a panic is a trap anyway; in the native form this needs the
+//! crate built with `panic = "unwind"` (the default — with `panic = "abort"` a panic
+//! aborts the host), and cannot cover what is not a panic: a bad pointer (SIGSEGV), an
+//! abort, a stack overflow, an endless loop (docs/modules.md, "Native modules").
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -255,7 +263,29 @@ pub mod native {
             return -1;
         }
         *TABLE.0.get() = *t;
+        install_panic_hook();
         0
+    }
+
+    /// Records where a panic happens, for the fault's text, then lets the previous hook
+    /// (the default prints it on stderr: the host's log) do its part. This is the
+    /// module's own copy of std's hook: a shared library carries its own std.
+    fn install_panic_hook() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if let (Some(l), Ok(mut at)) = (info.location(), super::PANIC_AT.lock()) {
+                    *at = Some(format!("{}:{}:{}", l.file(), l.line(), l.column()));
+                }
+                prev(info);
+            }));
+        });
+    }
+
+    /// The `vassal_fault` export: where the module's fault is (see [`super::Fault`]).
+    pub fn fault() -> *const super::Fault {
+        super::FAULT.0.get()
     }
 }
 
@@ -361,6 +391,63 @@ static GUEST: Global<Option<Guest>> = Global(UnsafeCell::new(None));
 static BUFFER: Global<Vec<u8>> = Global(UnsafeCell::new(Vec::new()));
 static MAILBOX: Global<u64> = Global(UnsafeCell::new(0));
 
+/// Why the module failed (a panic caught at its boundary), as the host reads it through
+/// the native form's `vassal_fault` export: `len` bytes of UTF-8 at `ptr` (`len` 0: no
+/// fault). Set once; from then on the module is inert.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Fault {
+    pub len: usize,
+    pub ptr: *const u8,
+}
+
+static FAULT: Global<Fault> = Global(UnsafeCell::new(Fault { len: 0, ptr: std::ptr::null() }));
+
+/// Where the last panic happened (set by the hook the native form installs).
+#[cfg(not(target_arch = "wasm32"))]
+static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn fault_text() -> Option<&'static str> {
+    // SAFETY: see `Global`; written once by `set_fault`, never freed.
+    let f = unsafe { *FAULT.0.get() };
+    // SAFETY: `set_fault` leaked `len` bytes of a String at `ptr`.
+    (f.len > 0).then(|| unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(f.ptr, f.len)) })
+}
+
+fn set_fault(payload: Box<dyn std::any::Any + Send>) {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    #[cfg(not(target_arch = "wasm32"))]
+    let at = PANIC_AT.lock().ok().and_then(|mut a| a.take());
+    #[cfg(target_arch = "wasm32")]
+    let at: Option<String> = None;
+    let text = match at {
+        Some(at) => format!("panicked at {at}: {msg}"),
+        None => format!("panicked: {msg}"),
+    };
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    // SAFETY: see `Global`.
+    unsafe { *FAULT.0.get() = Fault { len: text.len(), ptr: text.as_ptr() } };
+}
+
+/// Runs one entry of the module, catching a panic: the fault is kept (see [`Fault`]) and
+/// `failed` returned; after a fault every entry returns `failed` without running.
+fn guard<R>(failed: R, f: impl FnOnce() -> R) -> R {
+    if fault_text().is_some() {
+        return failed;
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            set_fault(payload);
+            failed
+        }
+    }
+}
+
 fn guest() -> Option<&'static mut Guest> {
     // SAFETY: single-threaded and not re-entered (see `Global`); each export takes the
     // reference once and drops it before returning.
@@ -388,11 +475,13 @@ pub mod rt {
     }
 
     pub fn buffer(len: usize) -> *mut u8 {
-        // SAFETY: see `Global`.
-        let buf = unsafe { &mut *BUFFER.0.get() };
-        buf.clear();
-        buf.resize(len, 0);
-        buf.as_mut_ptr()
+        guard(std::ptr::null_mut(), || {
+            // SAFETY: see `Global`.
+            let buf = unsafe { &mut *BUFFER.0.get() };
+            buf.clear();
+            buf.resize(len, 0);
+            buf.as_mut_ptr()
+        })
     }
 
     pub fn mailbox() -> *mut u64 {
@@ -401,24 +490,26 @@ pub mod rt {
 
     pub fn init(build: Builder, ncpus: i32, params_len: i32) -> i32 {
         let text = buffer_text(params_len);
-        let setup = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16));
-        match setup {
-            Ok(s) => {
-                send_str(|p, l| unsafe { host::set_kind(p, l) }, s.policy.kind());
-                // SAFETY: see `Global`.
-                unsafe {
-                    *GUEST.0.get() = Some(Guest {
-                        policy: s.policy,
-                        usage: s.usage,
-                        ncpus: ncpus.clamp(1, 64) as u16,
-                        sched: None,
-                        effects: Vec::new(),
-                        exclusive: Vec::new(),
-                    })
-                };
-                0
-            }
+        let r = guard(Err(String::new()), || {
+            let s = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16))?;
+            send_str(|p, l| unsafe { host::set_kind(p, l) }, s.policy.kind());
+            // SAFETY: see `Global`.
+            unsafe {
+                *GUEST.0.get() = Some(Guest {
+                    policy: s.policy,
+                    usage: s.usage,
+                    ncpus: ncpus.clamp(1, 64) as u16,
+                    sched: None,
+                    effects: Vec::new(),
+                    exclusive: Vec::new(),
+                })
+            };
+            Ok(())
+        });
+        match r {
+            Ok(()) => 0,
             Err(e) => {
+                let e = fault_text().map_or(e, |f| format!("its builder {f}"));
                 send_str(|p, l| unsafe { host::reason(p, l) }, &e);
                 1
             }
@@ -426,28 +517,33 @@ pub mod rt {
     }
 
     pub fn usage_kind() -> i32 {
-        match guest().map(|g| g.usage) {
+        match guest().filter(|_| fault_text().is_none()).map(|g| g.usage) {
             Some(Usage::Reserved { .. }) => 1,
             Some(Usage::HardTime { .. }) => 2,
             _ => 0,
         }
     }
     pub fn usage_ppm() -> i64 {
-        match guest().map(|g| g.usage) {
+        match guest().filter(|_| fault_text().is_none()).map(|g| g.usage) {
             Some(Usage::Reserved { cpu_ppm }) => cpu_ppm as i64,
             Some(Usage::HardTime { util_ppm, .. }) => util_ppm as i64,
             _ => 0,
         }
     }
     pub fn usage_cpus() -> i64 {
-        match guest().map(|g| g.usage) {
+        match guest().filter(|_| fault_text().is_none()).map(|g| g.usage) {
             Some(Usage::HardTime { cpus, .. }) => cpus.0 as i64,
             _ => 0,
         }
     }
 
-    /// Runs one callback with a `Ctx`, then hands its effects to the host.
+    /// Runs one callback with a `Ctx`, then hands its effects to the host; a panic is
+    /// caught ([`guard`]) and the default returned.
     fn with<R: Default>(now: i64, f: impl FnOnce(&mut dyn Policy, &mut Ctx) -> R) -> R {
+        guard(R::default(), || with_inner(now, f))
+    }
+
+    fn with_inner<R: Default>(now: i64, f: impl FnOnce(&mut dyn Policy, &mut Ctx) -> R) -> R {
         let Some(g) = guest() else { return R::default() };
         let sched = *g.sched.get_or_insert_with(|| SchedId(unsafe { host::sched_id() }.max(0) as u32));
         let mut effects = std::mem::take(&mut g.effects);
@@ -506,6 +602,10 @@ pub mod rt {
         };
         let r = with(now, |p, ctx| Some(p.on_attach(ctx, TaskId(task as u32), &info)));
         match r {
+            None if fault_text().is_some() => {
+                send_str(|p, l| unsafe { host::reason(p, l) }, fault_text().unwrap_or_default());
+                1
+            }
             Some(Ok(())) | None => 0,
             Some(Err(e)) => {
                 send_str(|p, l| unsafe { host::reason(p, l) }, &e);
@@ -568,6 +668,10 @@ pub mod rt {
         };
         let from = Sender { task: (from_task >= 0).then_some(TaskId(from_task as u32)), uid: uid as u32 };
         let reply = with(now, |p, ctx| Some(p.on_message(ctx, from, TaskId(task as u32), &req)));
+        if let (None, Some(why)) = (&reply, fault_text()) {
+            send_str_reply(why);
+            return;
+        }
         unsafe {
             match reply {
                 Some(Reply::Ok) | None => host::reply(0, 0, 0, std::ptr::null(), 0),
@@ -607,6 +711,10 @@ pub mod rt {
     }
 
     pub fn drain_log() {
+        guard((), drain_log_inner)
+    }
+
+    fn drain_log_inner() {
         let Some(g) = guest() else { return };
         let mut out = Vec::new();
         g.policy.drain_log(&mut out);
@@ -643,6 +751,13 @@ macro_rules! export_policy {
         #[no_mangle]
         pub unsafe extern "C" fn vassal_native_host(table: *const $crate::native::HostFns) -> i32 {
             $crate::native::set_host(table)
+        }
+        /// The native form only, and only when panics unwind (so the module catches
+        /// them): where its fault is, read by the host after each call (docs/modules.md).
+        #[cfg(all(not(target_arch = "wasm32"), panic = "unwind"))]
+        #[no_mangle]
+        pub extern "C" fn vassal_fault() -> *const $crate::Fault {
+            $crate::native::fault()
         }
         #[no_mangle]
         pub extern "C" fn vassal_init(ncpus: i32, params_len: i32) -> i32 {

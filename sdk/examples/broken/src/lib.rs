@@ -4,7 +4,7 @@
 //!
 //! | `fail` | what it does | what the host sees |
 //! |---|---|---|
-//! | `"trap"` | panics (a WebAssembly `unreachable`) | a trap |
+//! | `"trap"` | panics (a WebAssembly `unreachable`) | a trap; natively, the SDK catches the panic and reports it as the module's fault |
 //! | `"fuel"` | loops forever inside `pick` | the call runs past its fuel budget |
 //! | `"memory"` | allocates 64 MiB | memory growth past the limit |
 //! | `"not_yours"` | returns a runnable task another scheduler owns | the dispatcher refuses the decision |
