@@ -353,6 +353,7 @@ fn threads_are_restored(config: &str, end: End) {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn sigkill_of_the_agent_restores_threads_created_while_managed() {
     if !root() {
         return;
@@ -362,6 +363,7 @@ fn sigkill_of_the_agent_restores_threads_created_while_managed() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn sigkill_of_the_agent_restores_threads_created_while_managed_polling() {
     if !root() {
         return;
@@ -371,6 +373,7 @@ fn sigkill_of_the_agent_restores_threads_created_while_managed_polling() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn sigterm_of_the_agent_restores_threads_created_while_managed() {
     if !root() {
         return;
@@ -380,6 +383,7 @@ fn sigterm_of_the_agent_restores_threads_created_while_managed() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn release_restores_threads_created_while_managed() {
     if !root() {
         return;
@@ -389,6 +393,7 @@ fn release_restores_threads_created_while_managed() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn the_threads_a_main_thread_leaves_are_restored_when_it_exits() {
     if !root() {
         return;
