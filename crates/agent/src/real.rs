@@ -2,7 +2,8 @@
 //! the kernel's default scheduler in the same run (issue 6, part 4). Root only; every
 //! experiment is bounded in time (workers stop at a deadline, the agent runs under a
 //! kill timer, Drop guards kill and reap everything). The host stalls this VM for
-//! milliseconds now and then (MACHINE.md), so the rows report p50/p99, never maxima.
+//! milliseconds now and then (docs/agent.md, "Numbers"), so the rows report p50/p99,
+//! never maxima.
 //!
 //! A row's `paper` is the target the issue sets (or the paper's figure), `tolerance` how
 //! far ours may be from it, in the direction the row's `why` says; a kernel-baseline row

@@ -1,6 +1,6 @@
 //! The policy interface: what a scheduler is told, and the one question it answers.
 //!
-//! A policy is a state machine (ARCHITECTURE.md, "the one idea"). The mechanism — the
+//! A policy is a state machine (docs/design.md, "Policy is separate from mechanism"). The mechanism — the
 //! simulator or the Linux agent — tells it what happened through the `on_*` callbacks
 //! and asks it [`Policy::pick`]: "which task should run on this CPU next, and for how
 //! long?" It may answer "no opinion" (`None`), and the dispatcher asks the next scheduler
