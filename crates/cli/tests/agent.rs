@@ -12,9 +12,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agent_proc::{serial, AgentProc};
+use agent_proc::{root, serial, stopped, wait_for, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::wire::{Answer, Call, WireRequest};
@@ -23,45 +23,8 @@ use vassal_agent::workers::{self, Worker};
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 
-fn root() -> bool {
-    if kernel::is_root() {
-        true
-    } else {
-        eprintln!("SKIPPED: the agent tests need root (they change other processes' scheduling policy)");
-        false
-    }
-}
-
 fn policy(pid: i32) -> i32 {
     kernel::get_sched(pid).map(|s| s.policy & !kernel::RESET_ON_FORK).unwrap_or(-1)
-}
-
-/// Whether the process is stopped (state T) or about to be (a SIGSTOP pending: a
-/// runnable task not on a CPU stops when it next gets one): the agent holds it (see
-/// `KState::Held`).
-fn stopped(pid: i32) -> bool {
-    let state_t = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('T')));
-    let pending_stop = std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-        s.lines()
-            .filter_map(|l| l.strip_prefix("ShdPnd:"))
-            .any(|m| u64::from_str_radix(m.trim(), 16).is_ok_and(|m| m & (1 << (libc::SIGSTOP - 1)) != 0))
-    });
-    state_t || pending_stop
-}
-
-/// Waits up to `within` for `f` to hold; returns how long it took.
-fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let t0 = Instant::now();
-    loop {
-        if f() {
-            return Some(t0.elapsed());
-        }
-        if t0.elapsed() > within {
-            return None;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
 }
 
 /// A hog with a known original state: nice 3, affinity CPU 0 only... unless the machine

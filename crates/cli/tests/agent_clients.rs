@@ -25,20 +25,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_proc::{serial, AgentProc};
+use agent_proc::{root, serial, AgentProc};
 use vassal_agent::client::Client;
-use vassal_agent::kernel::{self, now_ns};
+use vassal_agent::kernel::now_ns;
 
 const SEC: u64 = 1_000_000_000;
-
-fn root() -> bool {
-    if kernel::is_root() {
-        true
-    } else {
-        eprintln!("SKIPPED: the agent connection tests need root (they start an agent and connect as another uid)");
-        false
-    }
-}
 
 /// The agent's resident memory, KiB.
 fn rss_kib(pid: i32) -> u64 {

@@ -18,9 +18,9 @@
 mod agent_proc;
 
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agent_proc::{serial, AgentProc};
+use agent_proc::{root, serial, wait_for, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns, SchedState};
 use vassal_agent::wire::WireRequest;
@@ -29,29 +29,6 @@ use vassal_agent::workers::{self, SharedBuf, Worker};
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 const POLL: &str = "events = \"poll\"\n";
-
-fn root() -> bool {
-    if kernel::is_root() {
-        true
-    } else {
-        eprintln!("SKIPPED: the agent tests need root (they change other processes' scheduling policy)");
-        false
-    }
-}
-
-/// Waits up to `within` for `f` to hold; returns how long it took.
-fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let t0 = Instant::now();
-    loop {
-        if f() {
-            return Some(t0.elapsed());
-        }
-        if t0.elapsed() > within {
-            return None;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
 
 /// The threaded process's control words, in a mapping shared with it.
 mod ctl {

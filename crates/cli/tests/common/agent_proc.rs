@@ -24,6 +24,44 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether this test may run: the real-process tests need root (they change other
+/// processes' scheduling); they are `#[ignore]`d for other users, so this only says why
+/// when one is forced to run.
+pub fn root() -> bool {
+    if !vassal_agent::kernel::is_root() {
+        eprintln!("SKIPPED: this test needs root (it changes other processes' scheduling policy)");
+    }
+    vassal_agent::kernel::is_root()
+}
+
+/// Waits up to `within` for `f` to hold; returns how long it took.
+pub fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    loop {
+        if f() {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() > within {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Whether the process is stopped (state T) or about to be (a SIGSTOP pending: a
+/// runnable task not on a CPU stops when it next gets one): the agent holds it (see
+/// `KState::Held`).
+pub fn stopped(pid: i32) -> bool {
+    let state_t = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('T')));
+    let pending_stop = std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .filter_map(|l| l.strip_prefix("ShdPnd:"))
+            .any(|m| u64::from_str_radix(m.trim(), 16).is_ok_and(|m| m & (1 << (libc::SIGSTOP - 1)) != 0))
+    });
+    state_t || pending_stop
+}
+
 pub struct AgentProc {
     pub child: Child,
     pub sock: String,
