@@ -254,12 +254,40 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .message(a.sched.as_deref(), child.pid, WireRequest::Reserve { util, period_ns: period })
             .map_err(|e| anyhow!("reserve: {e}"))?;
     }
-    drop(client);
     child.release()?;
+    // What its schedulers say about the process while it runs (e.g. rtserver removing a
+    // reservation it overran, paper 002 §2.3) is told to its owner here, on stderr.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, pid) = (stop.clone(), child.pid);
+        std::thread::spawn(move || tell_notes(client, pid, &stop))
+    };
     // The terminal's SIGINT goes to the child; wait for it rather than die first.
     vassal_agent::kernel::ignore_sigint();
-    let code = child.wait()?;
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    let code = child.wait();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
+    Ok(ExitCode::from(code?.clamp(0, 255) as u8))
+}
+
+/// Prints each new note the agent keeps about process `pid` (`ctl tasks`), twice a
+/// second, until `stop`.
+fn tell_notes(mut client: Client, pid: i32, stop: &std::sync::atomic::AtomicBool) {
+    let mut told = std::collections::BTreeSet::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for _ in 0..10 {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let Ok(Answer::Tasks { tasks }) = client.call(&Call::Tasks) else { continue };
+        for n in tasks.into_iter().filter(|t| t.pid == pid).flat_map(|t| t.notes) {
+            if told.insert(n.clone()) {
+                eprintln!("vassal run: {n}");
+            }
+        }
+    }
 }
 
 pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
