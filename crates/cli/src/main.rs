@@ -298,7 +298,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn bvt_plan(shares: &[String], c_mcu: u64, mcu: &str, priorities: &[u32], limits: &[String], json: bool) -> Result<ExitCode> {
-    use vassal_policies::bvt_plan;
+    use vassal_policies::bvt::plan as bvt_plan;
     let shares = shares.iter().map(|s| bvt_plan::parse_share(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let mcu = vassal_core::parse_duration(mcu).with_context(|| format!("--mcu {mcu}"))?;
     let limits =

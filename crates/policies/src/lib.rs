@@ -11,9 +11,6 @@
 //! is [`fps`] with `rm = true`).
 
 pub mod bvt;
-pub mod bvt2;
-pub mod bvt_admission;
-pub mod bvt_plan;
 pub mod dbs;
 pub mod dbs_admission;
 pub mod edf;
@@ -81,7 +78,7 @@ pub fn build(kind: &str, params: &BTreeMap<String, ParamValue>) -> Result<Box<dy
             Box::new(WeightedRoundRobin::new(quantum))
         }
         "bvt" => Box::new(bvt::build(&mut p)?),
-        "bvt2" => Box::new(bvt2::build(&mut p)?),
+        "bvt2" => Box::new(bvt::two_level::build(&mut p)?),
         "linux22" => Box::new(linux22::build(&mut p)?),
         "unix" => Box::new(unix::build(&mut p)?),
         "fb" => Box::new(fb::build(&mut p)?),

@@ -2,7 +2,7 @@
 //! priority→warp algorithm by hand, and refusals of bad input.
 
 use vassal_core::MS;
-use vassal_policies::bvt_plan::{metrics, parse_share, plan, Ratio};
+use vassal_policies::bvt::plan::{metrics, parse_share, plan, Ratio};
 
 const MCU: u64 = 10 * MS;
 

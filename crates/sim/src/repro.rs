@@ -316,9 +316,9 @@ fn computed_metrics(kind: &str, input: &toml::Table) -> Result<BTreeMap<String, 
 /// `kind = "bvt_plan"` (paper 001 §6.1): `shares` (percent: integers, decimals or strings
 /// like "100/3"), `c_mcu` (C in mcu), optional `mcu` ("10ms"), `priorities` and
 /// `warp_limits` (durations, "0ms" = no limit). Metrics: see
-/// [`vassal_policies::bvt_plan::metrics`].
+/// [`vassal_policies::bvt::plan::metrics`].
 fn bvt_plan_metrics(input: &toml::Table) -> Result<BTreeMap<String, f64>, String> {
-    use vassal_policies::bvt_plan;
+    use vassal_policies::bvt::plan as bvt_plan;
     for k in input.keys() {
         if !["kind", "shares", "c_mcu", "mcu", "priorities", "warp_limits"].contains(&k.as_str()) {
             return Err(format!("bvt_plan: unknown input '{k}' (expected shares, c_mcu, mcu, priorities, warp_limits)"));

@@ -101,6 +101,10 @@
 //!   weights and warps inherited from the parent is not enforced: messages are not checked
 //!   against the sender.
 
+pub mod admission;
+pub mod plan;
+pub mod two_level;
+
 use std::collections::BTreeSet;
 
 use vassal_core::{
@@ -431,7 +435,7 @@ impl Bvt {
     }
 
     /// The runnable, not running task with the earliest EVT (ties: AVT, then id), ignoring
-    /// affinity and migration penalties; O(log n). (For two-level BVT, `bvt2`.)
+    /// affinity and migration penalties; O(log n). (For two-level BVT, [`two_level`].)
     pub fn queue_head(&self) -> Option<TaskId> {
         self.queue.first().map(|&(_, _, id)| id)
     }

@@ -3,7 +3,7 @@
 //! "thread" with its own weight (the CPU share kept for best effort) and warp; the
 //! second-level BVT scheduler runs the best-effort (BE, level 1) tasks, an open system.
 //!
-//! Built by composing two [`crate::bvt::Bvt`] instances, unchanged (no edit to bvt.rs):
+//! Built by composing two [`crate::bvt::Bvt`] instances, unchanged (no edit to bvt/mod.rs):
 //! - **Level 0** sees the RE tasks under local ids (task id + 1) and the aggregate as local
 //!   id 0. It is driven through a [`TaskView`] that reports the aggregate as runnable when
 //!   some BE task is, running on the CPU where a BE task runs, and allowed on the CPUs
@@ -27,7 +27,7 @@
 //!   are configuration (the scenario, i.e. the administrator) and are trusted.
 //! - An RE task needs a share: task parameter `share` in whole percent (1..=100) or
 //!   `share_ppm` (parts per million, 1..=1_000_000). Admission goes through
-//!   [`crate::bvt_admission::Admission`] with capacity 100 % − `be_share`; a share that does
+//!   [`crate::bvt::admission::Admission`] with capacity 100 % − `be_share`; a share that does
 //!   not fit in what is unallocated is refused (at attach: the task stays where it was;
 //!   by message: `Reply::Refused`). The share is freed when the task exits or leaves
 //!   level 0. An RE task's level-0 weight is its share in ppm (§6.1.1: shares are the
@@ -73,8 +73,8 @@ use vassal_core::{
     Sender, TaskId, TaskParams, TaskState, TaskView, Wake,
 };
 
+use crate::bvt::admission::{pct_to_ppm, Admission, PPM};
 use crate::bvt::{self, Bvt, BvtTaskInfo};
-use crate::bvt_admission::{pct_to_ppm, Admission, PPM};
 use crate::params::Params;
 
 /// The aggregate's local id at level 0.
@@ -111,7 +111,7 @@ struct Rec {
 type WarpWant = Option<(Ns, Ns, Ns)>;
 
 /// Two-level BVT. See the module documentation.
-pub struct Bvt2 {
+pub struct TwoLevelBvt {
     l0: Bvt,
     l1: Bvt,
     mode: Mode,
@@ -152,7 +152,7 @@ pub struct Bvt2Config {
 /// Builds bvt2 from scheduler parameters: `mode` ("threshold" | "direct"), `threshold`,
 /// `be_share` (percent, default 50), `be_warp`, `be_warp_limit`, `be_unwarp` (durations,
 /// default 0), plus BVT's own (see [`crate::bvt::build`]) for both levels.
-pub fn build(p: &mut Params) -> Result<Bvt2, String> {
+pub fn build(p: &mut Params) -> Result<TwoLevelBvt, String> {
     let mode = match p.choice("mode", "threshold", &["threshold", "direct"])?.as_str() {
         "direct" => Mode::Direct,
         _ => Mode::Threshold,
@@ -163,7 +163,7 @@ pub fn build(p: &mut Params) -> Result<Bvt2, String> {
     let be_warp_limit = p.duration("be_warp_limit", 0)?;
     let be_unwarp = p.duration("be_unwarp", 0)?;
     let base = bvt::build(p)?;
-    Bvt2::new(
+    TwoLevelBvt::new(
         *base.config(),
         Bvt2Config {
             mode,
@@ -254,8 +254,8 @@ enum Level {
     L1,
 }
 
-impl Bvt2 {
-    pub fn new(bvt: bvt::BvtConfig, cfg: Bvt2Config) -> Result<Bvt2, String> {
+impl TwoLevelBvt {
+    pub fn new(bvt: bvt::BvtConfig, cfg: Bvt2Config) -> Result<TwoLevelBvt, String> {
         if cfg.be_share_ppm == 0 || cfg.be_share_ppm > PPM {
             return Err(format!("bvt2: be_share must be more than 0 and at most 100%, got {} ppm", cfg.be_share_ppm));
         }
@@ -264,7 +264,7 @@ impl Bvt2 {
                 return Err(format!("bvt2 parameter '{k}': {v}ns is too large (at most 2^62 ns)"));
             }
         }
-        Ok(Bvt2 {
+        Ok(TwoLevelBvt {
             l0: Bvt::new(bvt)?,
             l1: Bvt::new(bvt)?,
             mode: cfg.mode,
@@ -703,7 +703,7 @@ impl Bvt2 {
     }
 }
 
-impl Policy for Bvt2 {
+impl Policy for TwoLevelBvt {
     /// A_i and E_i for plots (paper 001 Figures 1-4), in virtual ns.
     fn virtual_time(&self, task: TaskId) -> Option<vassal_core::VirtualTime> {
         let t = self.task_info(task)?;

@@ -12,7 +12,7 @@ use vassal_core::{
     Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
     Wake, MS,
 };
-use vassal_policies::bvt2::{self, Bvt2};
+use vassal_policies::bvt::two_level::{self, TwoLevelBvt};
 use vassal_policies::{ParamValue, Params};
 
 struct Run {
@@ -24,7 +24,7 @@ struct Run {
 /// A one-CPU mechanism: events, slice expiries, exact CPU accounting.
 struct Sim {
     d: Dispatcher,
-    b: Arc<Mutex<Bvt2>>,
+    b: Arc<Mutex<TwoLevelBvt>>,
     now: Ns,
     run: Option<Run>,
     events: BTreeMap<(SchedId, u64), Ns>,
@@ -46,7 +46,7 @@ fn new_sim(sched: &[(&str, ParamValue)]) -> Sim {
     m.entry("mcu".into()).or_insert(s("10ms"));
     m.entry("c".into()).or_insert(s("20ms"));
     let mut ps = Params::new("bvt2", &m);
-    let b = bvt2::build(&mut ps).unwrap();
+    let b = two_level::build(&mut ps).unwrap();
     ps.finish().unwrap();
     let b = Arc::new(Mutex::new(b));
     let d = Dispatcher::new(1, "bvt2", Box::new(Shared::of(&b)), HierarchyConfig::default());
