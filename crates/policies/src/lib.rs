@@ -7,12 +7,11 @@
 //! - [`wrr`]: weighted round robin, the BVT paper's WRR baseline (paper 001 §5.1).
 //!
 //! Deadlines (paper 001 §5): [`dbs`] runs (s, t, d) reservations earliest-deadline-first,
-//! admitted by [`dbs_admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
+//! admitted by [`dbs::admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
 //! is [`fps`] with `rm = true`).
 
 pub mod bvt;
 pub mod dbs;
-pub mod dbs_admission;
 pub mod edf;
 pub mod fb;
 pub mod fps;

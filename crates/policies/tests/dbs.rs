@@ -1,4 +1,4 @@
-//! DBS (BVT paper 001 §5): admission (`dbs_admission`) and dispatching (`dbs`), driven
+//! DBS (BVT paper 001 §5): admission (`dbs::admission`) and dispatching (`dbs`), driven
 //! through a real dispatcher. The shared harness (`common::Sim`) does not fire scheduler
 //! events, which DBS needs (a reservation becomes active at its start), so this file has
 //! a small mechanism of its own: slices, accounting, scheduler events, in time order.
@@ -11,8 +11,8 @@ use vassal_core::{
     Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
     Wake, MS,
 };
+use vassal_policies::dbs::admission::{admit, feasible, validate, Demand, MAX_TIME};
 use vassal_policies::dbs::{Dbs, Reservation};
-use vassal_policies::dbs_admission::{admit, feasible, validate, Demand, MAX_TIME};
 
 const CPU0: CpuId = CpuId(0);
 

@@ -12,7 +12,7 @@
 //!   task itself or root, about a task attached here, is accepted (`Reply::Ok`) or refused
 //!   with the reason (`Reply::Refused`) at once, first come first served (§5.2: "FCFS
 //!   handling of reservation requests"). Whether it is accepted is decided by
-//!   [`crate::dbs_admission`] alone (validation, then the exact feasibility test of the
+//!   [`admission`] alone (validation, then the exact feasibility test of the
 //!   whole set); a refusal changes nothing. A task may hold several reservations.
 //! - **Active reservation**: one with `start <= now < deadline` and need left. A task's
 //!   current reservation is its active one with the earliest deadline.
@@ -46,13 +46,15 @@
 //! `pick` are O(log n) (plus the tasks a CPU's affinity passes over); a request costs the
 //! admission test's O(r²) for r live reservations.
 
+pub mod admission;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
 };
 
-use crate::dbs_admission::{self, Demand};
+use self::admission::Demand;
 use crate::params::Params;
 use crate::task_table::{attach_state, CpuEntry, St, TaskTable};
 
@@ -271,7 +273,7 @@ impl Dbs {
         }
         let now = ctx.now();
         let set: Vec<Demand> = self.res.values().map(|v| Demand { start: v.start, need: v.need - v.used, deadline: v.deadline }).collect();
-        if let Err(why) = dbs_admission::admit(now, &set, Demand { start, need, deadline }) {
+        if let Err(why) = admission::admit(now, &set, Demand { start, need, deadline }) {
             return Reply::Refused(format!("dbs: reservation ({start} ns, {need} ns, {deadline} ns) refused: {why}"));
         }
         let id = self.next_res;
