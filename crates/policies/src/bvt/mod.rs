@@ -38,6 +38,10 @@
 //! - §6.3.2: optional interactivity heuristic: a task's warp moves between 0 and W_int
 //!   according to whether it blocks before using a quantum (C).
 //!
+//! Files: this one (the policy's state and callbacks), [`vt`] (charging, the C rule, SVT),
+//! [`warp`] (§2.2's warp, limit and unwarp requirement), [`two_level`] (§2.5's two levels,
+//! the `bvt2` kind), [`plan`] and [`admission`] (§6.1's configuration).
+//!
 //! # Representation (no floating point anywhere)
 //!
 //! - **Virtual time** is an `i128` in units of 1/[`VT_SCALE`] of a *virtual nanosecond*;
@@ -104,6 +108,8 @@
 pub mod admission;
 pub mod plan;
 pub mod two_level;
+mod vt;
+mod warp;
 
 use std::collections::BTreeSet;
 
@@ -525,202 +531,6 @@ impl Bvt {
             self.log_drained = self.log_drained.saturating_sub(LOG_CAP / 2);
         }
         self.log.push(BvtLogEntry { at, task, event });
-    }
-
-    fn mcu_vt(&self) -> i128 {
-        self.cfg.mcu as i128 * VT_SCALE
-    }
-
-    fn c_vt(&self) -> i128 {
-        self.cfg.c as i128 * VT_SCALE
-    }
-
-    /// §2.1: switch from running i to j when E_j ≤ E_i − C/w_i, i.e. w_i·(E_i − E_j) ≥ C
-    /// (exact, in integers).
-    fn c_rule(&self, w_i: u64, e_i: i128, e_j: i128) -> bool {
-        self.c_w(w_i) as i128 * (e_i - e_j) >= self.c_vt()
-    }
-
-    /// The weight C is divided by for a running task of weight `w_i` (see `c_weight`).
-    fn c_w(&self, w_i: u64) -> u64 {
-        if self.cfg.c_weight > 0 {
-            self.cfg.c_weight
-        } else {
-            w_i
-        }
-    }
-
-    /// §2.4: the migration penalty M for running `id` on `cpu`.
-    fn penalty(&self, ctx: &Ctx, id: TaskId, cpu: CpuId) -> i128 {
-        if self.cfg.migration_penalty > 0 && ctx.last_cpu(id).is_some_and(|c| c != cpu) {
-            self.cfg.migration_penalty as i128 * VT_SCALE
-        } else {
-            0
-        }
-    }
-
-    /// The AVT increase (and new frac, credit) for running `ran` more ns from the settled
-    /// state with `credit` unused ns of an already charged mcu (§2: each started mcu is
-    /// charged k·m_i, m_i = mcu·VT_SCALE/w_i carried exactly through `frac`).
-    fn charge_for(&self, weight: u64, frac: u64, credit: Ns, ran: Ns) -> (i128, u64, Ns) {
-        if ran <= credit {
-            return (0, frac, credit - ran);
-        }
-        let excess = ran - credit;
-        let k = excess.div_ceil(self.cfg.mcu);
-        let total = frac as i128 + k as i128 * self.mcu_vt();
-        let w = weight as i128;
-        let new_credit = (k as u128 * self.cfg.mcu as u128 - excess as u128) as Ns;
-        (total / w, (total % w) as u64, new_credit)
-    }
-
-    /// The credit a task would keep if dispatched on `cpu` now.
-    fn effective_credit(t: &Task, cpu: CpuId, now: Ns) -> Ns {
-        if t.stopped == Some((cpu, now)) {
-            t.credit
-        } else {
-            0
-        }
-    }
-
-    /// Estimated AVT increase of a running task since it was last accounted (§3: the
-    /// scheduler advances the running thread's AVT whenever it is invoked).
-    fn pending_charge(&self, t: &Task, now: Ns) -> i128 {
-        match t.st {
-            St::Running(_) => self.charge_for(t.weight, t.frac, t.credit, now.saturating_sub(t.settled_at)).0,
-            _ => 0,
-        }
-    }
-
-    /// How long task `t` (EVT `e_t`, charges from `frac` and `credit`) must run before the
-    /// §2.1 rule lets `e_rival` replace it: credit + k whole mcu, k the fewest mcu after
-    /// which w_t·(E_t − E_rival) ≥ C. The last mcu is paid for, so it is run to its end
-    /// (§3's context-switch countdown counts whole mcu). 0: the rule holds already.
-    /// None: too far in the future to matter.
-    fn run_until_cross(&self, t: &Task, credit: Ns, e_t: i128, e_rival: i128) -> Option<Ns> {
-        let w = t.weight as i128;
-        let cw = self.c_w(t.weight) as i128;
-        let need = self.c_vt() - cw * (e_t - e_rival);
-        if need <= 0 {
-            return Some(0);
-        }
-        let q = (need + cw - 1) / cw; // AVT units to gain
-        let units = q * w - t.frac as i128; // > 0: q ≥ 1 and frac < w
-        let k = (units + self.mcu_vt() - 1) / self.mcu_vt();
-        let ns = credit as u128 + k as u128 * self.cfg.mcu as u128;
-        (ns <= MAX_SLICE).then_some(ns as Ns)
-    }
-
-    /// SVT for a wake-up: the minimum A over tasks counted in SVT, with running tasks'
-    /// AVTs brought up to date by estimate (never below the recorded floor).
-    fn svt_now(&self, now: Ns) -> i128 {
-        let mut min: Option<i128> = None;
-        for &(a, id) in &self.svt_set {
-            let t = self.t(id);
-            if let St::Running(_) = t.st {
-                let est = a + self.pending_charge(t, now);
-                min = Some(min.map_or(est, |m| m.min(est)));
-            } else {
-                // Later entries have A ≥ a, and running ones only grow by the estimate.
-                min = Some(min.map_or(a, |m| m.min(a)));
-                break;
-            }
-        }
-        min.map_or(self.svt_floor, |m| m.max(self.svt_floor))
-    }
-
-    // ----- warp (§2.2) -----
-
-    /// The warp budget used since `warp_run_from` is settled. Returns true if the warp time
-    /// limit L_i is reached.
-    fn settle_warp(&mut self, id: TaskId, now: Ns) -> bool {
-        let t = self.t_mut(id);
-        if let Some(from) = t.warp_run_from {
-            t.warp_run_from = if matches!(t.st, St::Running(_)) { Some(now) } else { None };
-            if t.warped && t.warp_limit > 0 {
-                t.warp_left = t.warp_left.saturating_sub(now.saturating_sub(from));
-                return t.warp_left == 0;
-            }
-        }
-        false
-    }
-
-    fn cancel_limit_event(&mut self, ctx: &mut Ctx, id: TaskId) {
-        let t = self.t_mut(id);
-        if t.limit_armed {
-            t.limit_armed = false;
-            ctx.cancel_event(token(TOKEN_WARP_LIMIT, id.0 as u64));
-        }
-    }
-
-    /// §2.2 footnote 2: a one-shot timer gets control exactly when the warp limit is reached.
-    fn arm_limit_event(&mut self, ctx: &mut Ctx, id: TaskId) {
-        let now = ctx.now();
-        let t = self.t_mut(id);
-        if t.warped && t.warp_limit > 0 && matches!(t.st, St::Running(_)) {
-            t.limit_armed = true;
-            let at = now.saturating_add(t.warp_left);
-            let _ = ctx.set_event(at, token(TOKEN_WARP_LIMIT, id.0 as u64));
-        }
-    }
-
-    /// The task attempts to run warped (§2.2): it does if its warp is non-zero and it has
-    /// not warped within U_i; otherwise it runs unwarped until U_i has passed.
-    fn try_warp(&mut self, ctx: &mut Ctx, id: TaskId) {
-        let now = ctx.now();
-        let t = self.t(id);
-        if !t.warp_back || t.warped || t.warp_ns == 0 {
-            return;
-        }
-        if now < t.unwarp_until {
-            let until = t.unwarp_until;
-            self.push_log(now, id, BvtLogEvent::WarpDenied { until });
-            self.t_mut(id).unwarp_armed = true;
-            let _ = ctx.set_event(until, token(TOKEN_UNWARP, id.0 as u64));
-            return;
-        }
-        self.update(id, |t| {
-            t.warped = true;
-            t.warp_left = t.warp_limit;
-            t.warp_run_from = matches!(t.st, St::Running(_)).then_some(now);
-        });
-        self.arm_limit_event(ctx, id);
-    }
-
-    /// A warped episode ends (§2.2): by a voluntary block, an explicit unwarp, or the warp
-    /// time limit. The unwarp time requirement U_i is measured from now.
-    fn end_warp(&mut self, ctx: &mut Ctx, id: TaskId, by_limit: bool) {
-        let now = ctx.now();
-        self.cancel_limit_event(ctx, id);
-        if !self.t(id).warped {
-            return;
-        }
-        let limit = self.t(id).warp_limit;
-        self.update(id, |t| {
-            t.warped = false;
-            t.warp_run_from = None;
-            t.unwarp_until = now.saturating_add(t.unwarp);
-            if by_limit {
-                // §2.2: "remains unwarped until it explicitly sets its state to warped again".
-                t.warp_back = false;
-            }
-        });
-        if by_limit {
-            self.push_log(now, id, BvtLogEvent::WarpLimit { warped_for: limit });
-        }
-    }
-
-    /// §6.3.2: the heuristic's warp for a level.
-    fn heuristic_warp(&self, level: u32) -> u64 {
-        (self.cfg.w_int as u128 * level as u128 / INTERACTIVE_LEVELS as u128) as u64
-    }
-
-    fn set_level(&mut self, id: TaskId, level: u32) {
-        let w = self.heuristic_warp(level);
-        self.update(id, |t| {
-            t.level = level;
-            t.warp_ns = w;
-        });
     }
 
     // ----- preemption -----
