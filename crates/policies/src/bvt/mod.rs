@@ -38,8 +38,8 @@
 //! - §6.3.2: optional interactivity heuristic: a task's warp moves between 0 and W_int
 //!   according to whether it blocks before using a quantum (C).
 //!
-//! Files: this one (the policy's state and callbacks), [`vt`] (charging, the C rule, SVT),
-//! [`warp`] (§2.2's warp, limit and unwarp requirement), [`two_level`] (§2.5's two levels,
+//! Files: this one (the policy's state and callbacks), `vt.rs` (charging, the C rule, SVT),
+//! `warp.rs` (§2.2's warp, limit and unwarp requirement), [`two_level`] (§2.5's two levels,
 //! the `bvt2` kind), [`plan`] and [`admission`] (§6.1's configuration).
 //!
 //! # Representation (no floating point anywhere)
