@@ -364,7 +364,7 @@ impl HeldChild {
             .collect::<io::Result<_>>()?;
         let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         ptrs.push(std::ptr::null());
-        let (read, go) = crate::kernel::pipe_cloexec()?;
+        let (read, go) = kernel::pipe_cloexec()?;
         let (read_fd, go_fd) = (read.as_raw_fd(), go.as_raw_fd());
         // SAFETY: the child only reads, closes and execs (async-signal-safe).
         let pid = unsafe { libc::fork() };

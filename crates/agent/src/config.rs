@@ -36,9 +36,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-#[cfg(test)]
-use vassal_core::SEC;
-use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS};
+use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS, SEC};
 use vassal_policies::ParamValue;
 
 /// A policy parameter as written in TOML or JSON.
@@ -312,7 +310,7 @@ impl Config {
             None => 200 * MS,
             Some(s) => parse_duration(s).map_err(|e| format!("rt_window: {e}"))?,
         };
-        if !(10 * MS..=10 * vassal_core::SEC).contains(&rt_window) {
+        if !(10 * MS..=10 * SEC).contains(&rt_window) {
             return Err(format!("rt_window {}: must be between 10ms and 10s", vassal_core::fmt_duration(rt_window)));
         }
         let mut ceilings = BTreeMap::new();

@@ -125,7 +125,7 @@ pub struct Slot(usize);
 impl Ledger {
     /// Maps a new, empty ledger shared with processes forked after this call.
     pub fn new() -> io::Result<Ledger> {
-        let len = LEDGER_CAPACITY * std::mem::size_of::<Record>();
+        let len = LEDGER_CAPACITY * size_of::<Record>();
         // SAFETY: a fresh anonymous shared mapping, zero-filled (FREE records).
         let p = unsafe {
             libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
@@ -355,7 +355,7 @@ unsafe impl Sync for LifeLock {}
 
 impl LifeLock {
     fn new() -> io::Result<LifeLock> {
-        let len = std::mem::size_of::<libc::pthread_mutex_t>();
+        let len = size_of::<libc::pthread_mutex_t>();
         // SAFETY: a fresh anonymous shared mapping; the mutex is initialised in it before
         // anyone uses it, with attributes that are destroyed after.
         unsafe {

@@ -86,13 +86,13 @@ pub fn set_nice(tid: i32, nice: i32) -> io::Result<()> {
 pub fn get_affinity(tid: i32) -> io::Result<Mask> {
     let mut m: Mask = [0; MASK_WORDS];
     // SAFETY: the kernel writes at most size_of::<Mask>() bytes into `m`.
-    check(unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<Mask>(), m.as_mut_ptr().cast()) })?;
+    check(unsafe { libc::sched_getaffinity(tid, size_of::<Mask>(), m.as_mut_ptr().cast()) })?;
     Ok(m)
 }
 
 pub fn set_affinity(tid: i32, m: &Mask) -> io::Result<()> {
     // SAFETY: the kernel reads size_of::<Mask>() bytes from `m`.
-    check(unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<Mask>(), m.as_ptr().cast()) })
+    check(unsafe { libc::sched_setaffinity(tid, size_of::<Mask>(), m.as_ptr().cast()) })
 }
 
 pub fn one_cpu(cpu: u16) -> Mask {
@@ -195,7 +195,7 @@ impl ProcDir {
         let mut buf = [0u64; 512];
         loop {
             // SAFETY: the kernel writes at most the buffer's size into it.
-            let n = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), std::mem::size_of_val(&buf)) };
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), size_of_val(&buf)) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -486,7 +486,7 @@ pub fn process_cpu_ns() -> u64 {
 /// The kernel credentials of a Unix-socket peer: (pid, uid, gid) from SO_PEERCRED.
 pub fn peer_cred(sock: &impl AsRawFd) -> io::Result<(i32, u32, u32)> {
     let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `c`.
     check(unsafe {
         libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut c as *mut libc::ucred).cast(), &mut len)

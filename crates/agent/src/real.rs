@@ -464,7 +464,7 @@ fn timed_worker(sock: &str, start: u64, period: u64, count: usize) -> io::Result
         // SAFETY: leave the child.
         unsafe { libc::_exit(0) };
     }
-    Ok(workers::Worker::from_parts(pid, out))
+    Ok(Worker::from_parts(pid, out))
 }
 
 fn vassal_table2(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {

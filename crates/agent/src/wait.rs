@@ -105,11 +105,11 @@ impl Signals {
         let mut info: [libc::signalfd_siginfo; 8] = unsafe { std::mem::zeroed() };
         loop {
             // SAFETY: reads into our array.
-            let r = unsafe { libc::read(self.0.as_raw_fd(), info.as_mut_ptr().cast(), std::mem::size_of_val(&info)) };
+            let r = unsafe { libc::read(self.0.as_raw_fd(), info.as_mut_ptr().cast(), size_of_val(&info)) };
             if r <= 0 {
                 return;
             }
-            let n = r as usize / std::mem::size_of::<libc::signalfd_siginfo>();
+            let n = r as usize / size_of::<libc::signalfd_siginfo>();
             out.extend(info[..n].iter().map(|i| i.ssi_ptr));
         }
     }

@@ -86,7 +86,7 @@ impl Flood {
                     if fd < 0 {
                         return -1;
                     }
-                    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                    let len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
                     if libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0 {
                         libc::close(fd);
                         return -1;
@@ -137,7 +137,7 @@ impl Flood {
                         fds[i] = if reopen { open(i, &mut rep) } else { -1 };
                     }
                 }
-                libc::write(pipe[1], rep.as_ptr().cast(), std::mem::size_of_val(&rep));
+                libc::write(pipe[1], rep.as_ptr().cast(), size_of_val(&rep));
                 libc::_exit(0);
             }
         }

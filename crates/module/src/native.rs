@@ -249,7 +249,7 @@ impl NativePolicy {
         let mut host = Box::new(Host { ctx: std::ptr::null_mut(), kind: String::new(), reason: None, reply: None, logs: Vec::new() });
         let table = Box::new(HostFns {
             abi: ABI_VERSION as u32,
-            size: std::mem::size_of::<HostFns>() as u32,
+            size: size_of::<HostFns>() as u32,
             env: &mut *host as *mut Host as *mut c_void,
             state: h_state,
             affinity: h_affinity,

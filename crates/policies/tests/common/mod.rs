@@ -123,7 +123,7 @@ impl Sim {
         self.account(cpu);
         let d = self.d.schedule(self.now, cpu, why);
         if let Some(d) = d {
-            assert!(self.d.state(d.task) == vassal_core::TaskState::Running(cpu));
+            assert!(self.d.state(d.task) == TaskState::Running(cpu));
         }
         self.started(cpu, d);
         self.settle();
@@ -166,7 +166,7 @@ impl Sim {
     }
 
     pub fn block(&mut self, task: TaskId) {
-        if let vassal_core::TaskState::Running(cpu) = self.d.state(task) {
+        if let TaskState::Running(cpu) = self.d.state(task) {
             self.account(cpu);
         }
         if let Some(cpu) = self.d.block(self.now, task, Block { voluntary: true }) {
@@ -178,7 +178,7 @@ impl Sim {
 
     /// Blocks `task` (running on some CPU) and hands that CPU off to `target`.
     pub fn block_hand_off(&mut self, task: TaskId, target: TaskId) {
-        let vassal_core::TaskState::Running(cpu) = self.d.state(task) else { panic!("{task} is not running") };
+        let TaskState::Running(cpu) = self.d.state(task) else { panic!("{task} is not running") };
         self.account(cpu);
         assert_eq!(self.d.block(self.now, task, Block { voluntary: true }), Some(cpu));
         self.running[cpu.0 as usize] = None;
@@ -193,7 +193,7 @@ impl Sim {
     }
 
     pub fn exit(&mut self, task: TaskId) {
-        if let vassal_core::TaskState::Running(cpu) = self.d.state(task) {
+        if let TaskState::Running(cpu) = self.d.state(task) {
             self.account(cpu);
         }
         if let Some(cpu) = self.d.remove_task(self.now, task) {
@@ -252,13 +252,13 @@ impl Policy for Passive {
 
 /// A fixed view of tasks, for driving a policy directly without a dispatcher.
 pub struct FakeView {
-    pub states: Vec<vassal_core::TaskState>,
+    pub states: Vec<TaskState>,
     pub affinity: Vec<CpuSet>,
 }
 
 impl vassal_core::TaskView for FakeView {
-    fn state(&self, task: TaskId) -> vassal_core::TaskState {
-        self.states.get(task.0 as usize).copied().unwrap_or(vassal_core::TaskState::Dead)
+    fn state(&self, task: TaskId) -> TaskState {
+        self.states.get(task.0 as usize).copied().unwrap_or(TaskState::Dead)
     }
     fn affinity(&self, task: TaskId) -> CpuSet {
         self.affinity.get(task.0 as usize).copied().unwrap_or(CpuSet::NONE)
@@ -270,7 +270,7 @@ impl vassal_core::TaskView for FakeView {
         None
     }
     fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
-        self.states.iter().position(|s| *s == vassal_core::TaskState::Running(cpu)).map(|i| TaskId(i as u32))
+        self.states.iter().position(|s| *s == TaskState::Running(cpu)).map(|i| TaskId(i as u32))
     }
 }
 
