@@ -39,6 +39,12 @@ use serde::{Deserialize, Serialize};
 use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS, SEC};
 use vassal_policies::ParamValue;
 
+/// A duration key of the config (e.g. `tick = "1ms"`), or `default` when it is absent;
+/// an error names the key.
+fn duration_or(value: &Option<String>, key: &str, default: Ns) -> Result<Ns, String> {
+    value.as_deref().map_or(Ok(default), |s| parse_duration(s).map_err(|e| format!("{key}: {e}")))
+}
+
 /// A policy parameter as written in TOML or JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -280,10 +286,7 @@ impl Config {
         if !(rt_fraction.is_finite() && rt_fraction > 0.0 && rt_fraction < 1.0) {
             return Err(format!("rt_fraction {rt_fraction}: must be more than 0 and less than 1"));
         }
-        let tick = match &raw.tick {
-            None => MS,
-            Some(s) => parse_duration(s).map_err(|e| format!("tick: {e}"))?,
-        };
+        let tick = duration_or(&raw.tick, "tick", MS)?;
         if !(100_000..=100 * MS).contains(&tick) {
             return Err(format!("tick {tick} ns: must be between 100us and 100ms"));
         }
@@ -306,10 +309,7 @@ impl Config {
         if !(max_rt_per_uid.is_finite() && (0.0..=64.0).contains(&max_rt_per_uid)) {
             return Err(format!("max_rt_per_uid {max_rt_per_uid}: must be a number of CPUs between 0 and 64"));
         }
-        let rt_window = match &raw.rt_window {
-            None => 200 * MS,
-            Some(s) => parse_duration(s).map_err(|e| format!("rt_window: {e}"))?,
-        };
+        let rt_window = duration_or(&raw.rt_window, "rt_window", 200 * MS)?;
         if !(10 * MS..=10 * SEC).contains(&rt_window) {
             return Err(format!("rt_window {}: must be between 10ms and 10s", vassal_core::fmt_duration(rt_window)));
         }
@@ -328,10 +328,7 @@ impl Config {
             None => 10 * MS,
         };
         let max_rt_per_uid_ppm = (max_rt_per_uid * CPU_PPM as f64).round() as u64;
-        let rt_backstop = match &raw.rt_backstop {
-            None => 500 * MS,
-            Some(s) => parse_duration(s).map_err(|e| format!("rt_backstop: {e}"))?,
-        };
+        let rt_backstop = duration_or(&raw.rt_backstop, "rt_backstop", 500 * MS)?;
         // The backstop must never catch a task the agent runs within its grants: the
         // longest real-time run without a block it allows is a warp episode or a uid's
         // whole budget, and the kernel counts in ticks (up to 10 ms at HZ = 100).
@@ -390,10 +387,7 @@ impl Config {
                 "max_clients {max_clients}, max_clients_per_uid {max_clients_per_uid}: need 1 <= max_clients_per_uid <= max_clients"
             ));
         }
-        let client_timeout = match &raw.client_timeout {
-            None => 5_000 * MS,
-            Some(s) => parse_duration(s).map_err(|e| format!("client_timeout: {e}"))?,
-        };
+        let client_timeout = duration_or(&raw.client_timeout, "client_timeout", 5_000 * MS)?;
         if !(100 * MS..=3_600_000 * MS).contains(&client_timeout) {
             return Err(format!("client_timeout {client_timeout} ns: must be between 100ms and 1h"));
         }

@@ -268,10 +268,8 @@ fn stat_fields(text: &str) -> Option<Vec<&str>> {
 /// A thread's start time (clock ticks since boot): with the tid it names one thread for
 /// good, so a restore never touches a recycled tid.
 pub fn start_time(tid: i32) -> io::Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/stat"))?;
-    stat_fields(&text)
-        .and_then(|f| f.get(19).and_then(|s| s.parse().ok()))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
+    let line = std::fs::read(format!("/proc/{tid}/stat"))?;
+    stat_start_time(&line).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
 }
 
 /// The thread group (process) a task id belongs to (`Tgid:` of /proc/ID/status).

@@ -851,13 +851,16 @@ impl Agent {
     /// that below `rt_backstop` (a warp episode ends at the warp limit; a spent budget
     /// holds or demotes the task, and a hold is a stop, after which the count starts again).
     fn set_backstop(&mut self, pid: i32) {
-        let old = kernel::rttime(pid);
         let us = self.cfg.rt_backstop / 1000;
-        // Into the process's template first: the guardian gives it back whatever happens.
-        let old =
-            old.and_then(|o| if self.ledger.save_rttime(pid, o) { Ok(o) } else { Err(std::io::Error::from_raw_os_error(libc::ESRCH)) });
-        let r = old
-            .and_then(|old| kernel::set_rttime(pid, kernel::Rlimit { soft: old.soft.min(us), hard: old.hard.min(2 * us) }).map(|()| old));
+        let ledger = &mut self.ledger;
+        let r = kernel::rttime(pid).and_then(|old| {
+            // Into the process's template first: every restore gives it back. (No template:
+            // the process is not managed, so it is left alone.)
+            if !ledger.save_rttime(pid, old) {
+                return Ok(());
+            }
+            kernel::set_rttime(pid, kernel::Rlimit { soft: old.soft.min(us), hard: old.hard.min(2 * us) })
+        });
         match r {
             Ok(_) => {}
             // Another user's limits need CAP_SYS_RESOURCE, which some containers drop:
