@@ -230,7 +230,7 @@ mod tests {
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn sees_a_watched_thread_block_wake_and_exit() {
         if !crate::kernel::is_root() {
-            eprintln!("SKIPPED: loading BPF programs needs root");
+            crate::skip::skip("loading BPF programs needs root");
             return;
         }
         let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
@@ -273,7 +273,7 @@ mod tests {
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn a_new_thread_is_told_with_its_creator() {
         if !crate::kernel::is_root() {
-            eprintln!("SKIPPED: loading BPF programs needs root");
+            crate::skip::skip("loading BPF programs needs root");
             return;
         }
         let mut src = EventSource::load().expect("the BPF event source loads on this kernel");

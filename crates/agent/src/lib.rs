@@ -17,6 +17,7 @@ pub mod config;
 pub mod guardian;
 pub mod kernel;
 pub mod real;
+pub mod skip;
 pub mod state;
 pub mod wait;
 pub mod wire;

@@ -12,7 +12,7 @@ use vassal_agent::workers;
 #[test]
 fn the_death_of_the_life_lock_holder_makes_the_guardian_restore() {
     if kernel::online_cpus() < 2 {
-        eprintln!("SKIPPED: needs 2 CPUs (the test changes a process's affinity to one of them)");
+        vassal_agent::skip::skip("needs 2 CPUs (the test changes a process's affinity to one of them)");
         return;
     }
     let mut ledger = Ledger::new().unwrap();

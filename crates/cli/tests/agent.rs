@@ -611,7 +611,7 @@ fn the_agent_writes_a_chrome_trace() {
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn bpf_events_show_a_process_block_and_wake() {
     if !vassal_agent::bpf::BUILT {
-        eprintln!("SKIPPED: this build has no BPF event source (no clang at build time)");
+        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
         return;
     }
     sees_block_and_wake("bpf");
@@ -677,7 +677,7 @@ fn sees_block_and_wake(events: &str) {
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
     if !vassal_agent::bpf::BUILT {
-        eprintln!("SKIPPED: this build has no BPF event source (no clang at build time)");
+        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
         return;
     }
     if !root() {

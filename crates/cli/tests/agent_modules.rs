@@ -27,14 +27,14 @@ const SEC: u64 = 1_000_000_000;
 /// The example module `name`, or None (with a message) when the test must skip.
 fn ready(name: &str) -> Option<PathBuf> {
     if !kernel::is_root() {
-        eprintln!("SKIPPED: the agent's module tests need root (they change other processes' scheduling policy)");
+        vassal_agent::skip::skip("needs root (it changes other processes' scheduling policy)");
         return None;
     }
     match vassal_module::example_path(name) {
         // As `vassal ctl load` sends it: absolute, canonical.
         Ok(p) => Some(p.canonicalize().expect("the example module exists")),
         Err(e) => {
-            eprintln!("SKIPPED: the SDK's example modules are not built and cannot be: {e}");
+            vassal_agent::skip::skip(&format!("the SDK's example modules are not built and cannot be: {e}"));
             None
         }
     }

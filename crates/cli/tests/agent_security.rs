@@ -339,7 +339,7 @@ fn a_modules_declared_share_is_enforced() {
         return;
     }
     let Ok(rr) = vassal_module::example_path("rr") else {
-        eprintln!("SKIPPED: the SDK's example modules are not built");
+        vassal_agent::skip::skip("the SDK's example modules are not built");
         return;
     };
     let _serial = serial();

@@ -29,7 +29,7 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// when one is forced to run.
 pub fn root() -> bool {
     if !vassal_agent::kernel::is_root() {
-        eprintln!("SKIPPED: this test needs root (it changes other processes' scheduling policy)");
+        vassal_agent::skip::skip("needs root (it changes other processes' scheduling policy)");
     }
     vassal_agent::kernel::is_root()
 }
