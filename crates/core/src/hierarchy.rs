@@ -29,7 +29,9 @@
 //! every `Effect::Resched` drained from [`Dispatcher::drain_effects`]; arm and cancel
 //! scheduler events as the drained effects say and deliver them with `fire_event`; when
 //! distrusted (loaded) schedulers are contained ([`Containment`]), call `eject_failed`
-//! after each event and at `next_watchdog`.
+//! after each event and at `next_watchdog`. Their one encoding is [`crate::driver`]
+//! (effects, events, pending decisions, the livelock guard): mechanisms drive the
+//! dispatcher through it rather than draining effects themselves.
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{

@@ -3,15 +3,19 @@
 //! No I/O and no clock: a policy ([`Policy`]) is a state machine told what happened and
 //! asked which task runs next; the [`Dispatcher`] keeps the hierarchy of registered
 //! schedulers (paper 000, Vassal) and validates every decision. The simulator and the
-//! Linux agent are two mechanisms driving the same dispatcher.
+//! Linux agent are two mechanisms driving the same dispatcher, each through the one
+//! [`Driver`] that carries out what the policies ask (events, reschedules).
 
+pub mod driver;
 pub mod hierarchy;
 pub mod ids;
 pub mod policy;
 pub mod shared;
 pub mod time;
+pub mod timers;
 pub mod usage;
 
+pub use driver::{Driver, Hooks};
 pub use hierarchy::{Containment, DispatchStats, Dispatched, Dispatcher, Ejection, Position, RegisterError, SchedInfo};
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use policy::{
@@ -20,4 +24,5 @@ pub use policy::{
 };
 pub use shared::Shared;
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};
+pub use timers::Timers;
 pub use usage::{check_conflict, HierarchyConfig, Usage, CPU_PPM};

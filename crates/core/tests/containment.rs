@@ -28,8 +28,7 @@ fn unregister_to_below_hands_tasks_to_the_next_scheduler_down() {
     assert_eq!(names(&d), ["lo", "def"]);
     assert_eq!((d.owner(a), d.owner(b)), (Some(lo), Some(lo)));
     // The running task's CPU is asked for a new decision; lo now runs it.
-    let mut fx = Vec::new();
-    d.drain_effects(&mut fx);
+    let fx = effects(&mut d);
     assert!(fx.contains(&Effect::Resched(C0)), "{fx:?}");
     assert_eq!(d.schedule(5, C0, Preempt::Resched).map(|x| (x.task, x.by)), Some((a, lo)));
     d.check_invariants().unwrap();

@@ -6,8 +6,11 @@
 //! made a moment before, so the newcomer waited forever (found in the Linux agent, where
 //! the watchdog ejected the BVT module for it).
 
+mod common;
+
 use std::collections::VecDeque;
 
+use common::effects;
 use vassal_core::*;
 
 /// A FIFO that asks CPU 0 for a new decision whenever a runnable task attaches to it
@@ -50,12 +53,6 @@ impl Policy for Eager {
 
 fn eager() -> Box<dyn Policy> {
     Box::new(Eager { queue: VecDeque::new() })
-}
-
-fn effects(d: &mut Dispatcher) -> Vec<Effect> {
-    let mut out = Vec::new();
-    d.drain_effects(&mut out);
-    out
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use vassal_core::driver::{self, Hooks};
 use vassal_core::*;
 use vassal_module::{load, Backend, LoadOptions, ModuleParam, Placement};
 
@@ -40,7 +41,7 @@ fn bvt_decisions(top: Option<&PathBuf>) -> Vec<(Option<TaskId>, Option<Ns>, Opti
         tasks.push(t);
     }
     let cpu = CpuId(0);
-    let mut fx = Vec::new();
+    let mut m = OneCpu { drv: Driver::new(d), running: None, last: None };
     let mut out = Vec::new();
     let mut now = 0;
     let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -50,29 +51,58 @@ fn bvt_decisions(top: Option<&PathBuf>) -> Vec<(Option<TaskId>, Option<Ns>, Opti
         rng ^= rng << 17;
         rng
     };
-    let mut cur = d.schedule(now, cpu, Preempt::Resched);
+    driver::decide(&mut m, now, cpu, Preempt::Resched);
+    driver::settle(&mut m, now);
     for _ in 0..3_000 {
         now += MS;
         let r = next();
-        if let Some(x) = &cur {
-            d.account(now, x.task, cpu, MS);
+        if let Some((task, _)) = m.running {
+            Hooks::account(&mut m, now, cpu);
             if r % 7 == 0 {
-                d.block(now, x.task, Block { voluntary: true });
+                m.drv.disp.block(now, task, Block { voluntary: true });
+                m.running = None;
             }
         }
         if r % 5 == 0 {
             let t = tasks[(r >> 8) as usize % tasks.len()];
-            if d.state(t) == TaskState::Blocked {
-                d.wake(now, t, Wake { voluntary: true, warp: r % 3 == 0, interrupt: None, cpu: None });
+            if m.drv.disp.state(t) == TaskState::Blocked {
+                m.drv.disp.wake(now, t, Wake { voluntary: true, warp: r % 3 == 0, interrupt: None, cpu: None });
             }
         }
-        cur = d.schedule(now, cpu, Preempt::SliceExpired);
-        d.drain_effects(&mut fx);
+        driver::decide(&mut m, now, cpu, Preempt::SliceExpired);
+        driver::settle(&mut m, now);
+        let cur = m.last;
         out.push((cur.as_ref().map(|x| x.task), cur.as_ref().and_then(|x| x.slice), cur.as_ref().map(|x| u64::from(x.by.0))));
     }
+    let d = &mut m.drv.disp;
     d.check_invariants().unwrap();
     assert!(d.eject_failed(now).is_empty(), "no fault, no invalid decision");
     out
+}
+
+/// The mechanism of [`bvt_decisions`]: one CPU whose running task is charged the time
+/// since it was dispatched (or last charged).
+struct OneCpu {
+    drv: Driver,
+    running: Option<(TaskId, Ns)>,
+    /// The last decision.
+    last: Option<Dispatched>,
+}
+
+impl Hooks for OneCpu {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+    fn account(&mut self, now: Ns, cpu: CpuId) {
+        if let Some((t, since)) = self.running.filter(|&(_, since)| now > since) {
+            self.drv.disp.account(now, t, cpu, now - since);
+            self.running = Some((t, now));
+        }
+    }
+    fn dispatched(&mut self, now: Ns, _cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        self.running = d.map(|d| (d.task, now));
+        self.last = d;
+    }
 }
 
 #[test]

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
+use vassal_core::driver::{self, Due, Hooks};
 use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Policy, Position, Preempt, Reply,
     Request, SchedId, Sender, Shared, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, MS,
 };
 use vassal_policies::bvt::{self, Bvt, BvtConfig, BvtLogEntry, BvtLogEvent, BvtTaskInfo, WakePreempt, MAX_WEIGHT, VT_SCALE};
@@ -49,7 +50,7 @@ impl Policy for Abstain {
     }
 }
 
-// ----- a tiny mechanism: virtual time, slices, scheduler events, accounting -----
+// ----- a tiny mechanism on the driver: virtual time, slices, scheduler events, accounting -----
 
 struct Run {
     task: TaskId,
@@ -60,11 +61,10 @@ struct Run {
 type Check = Box<dyn Fn(&Sim)>;
 
 struct Sim {
-    d: Dispatcher,
+    drv: Driver,
     bvt: Arc<Mutex<Bvt>>,
     now: Ns,
     running: Vec<Option<Run>>,
-    events: BTreeMap<(SchedId, u64), Ns>,
     /// Every accepted decision: (time, cpu, dispatched).
     disp: Vec<(Ns, CpuId, Dispatched)>,
     /// CPU time per task.
@@ -86,11 +86,10 @@ impl Sim {
         let bvt = Arc::new(Mutex::new(bvt));
         let d = Dispatcher::new(ncpus, "bvt", Box::new(Shared::of(&bvt)), HierarchyConfig::default());
         Sim {
-            d,
+            drv: Driver::new(d),
             bvt,
             now: 0,
             running: (0..ncpus).map(|_| None).collect(),
-            events: BTreeMap::new(),
             disp: Vec::new(),
             cpu_time: BTreeMap::new(),
             settle_every: None,
@@ -112,7 +111,7 @@ impl Sim {
     }
 
     fn running(&self, cpu: u16) -> Option<TaskId> {
-        self.d.running(CpuId(cpu))
+        self.drv.disp.running(CpuId(cpu))
     }
 
     fn ran(&self, t: TaskId) -> Ns {
@@ -120,11 +119,11 @@ impl Sim {
     }
 
     fn add(&mut self, p: TaskParams, runnable: bool) -> TaskId {
-        self.add_full(p, CpuSet::first(self.d.ncpus()), None, runnable)
+        self.add_full(p, CpuSet::first(self.drv.disp.ncpus()), None, runnable)
     }
 
     fn add_full(&mut self, p: TaskParams, aff: CpuSet, parent: Option<TaskId>, runnable: bool) -> TaskId {
-        let t = self.d.add_task(self.now, p, aff, parent, runnable);
+        let t = self.drv.disp.add_task(self.now, p, aff, parent, runnable);
         self.settle();
         t
     }
@@ -136,19 +135,22 @@ impl Sim {
             r.since = self.now;
             let task = r.task;
             *self.cpu_time.entry(task).or_insert(0) += ran;
-            self.d.account(self.now, task, CpuId(cpu), ran);
+            self.drv.disp.account(self.now, task, CpuId(cpu), ran);
         }
     }
 
     fn decide(&mut self, cpu: u16, why: Preempt) {
-        self.account(cpu);
-        let r = self.d.schedule(self.now, CpuId(cpu), why);
+        driver::decide(self, self.now, CpuId(cpu), why);
+    }
+
+    /// The dispatcher decided `r` on `cpu`.
+    fn dispatched(&mut self, cpu: u16, r: Option<Dispatched>) {
         self.running[cpu as usize] = r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
         if let Some(d) = r {
             self.disp.push((self.now, CpuId(cpu), d));
         }
         if self.check_invariants {
-            self.d.check_invariants().unwrap();
+            self.drv.disp.check_invariants().unwrap();
         }
         if let Some(f) = self.check.take() {
             f(self);
@@ -158,41 +160,21 @@ impl Sim {
 
     /// Carries out the effects the policies asked for.
     fn settle(&mut self) {
-        let mut fx = Vec::new();
-        loop {
-            self.d.drain_effects(&mut fx);
-            if fx.is_empty() {
-                break;
-            }
-            for e in fx.clone() {
-                match e {
-                    Effect::SetEvent { sched, token, at } => {
-                        assert!(at >= self.now, "event in the past");
-                        self.events.insert((sched, token), at);
-                    }
-                    Effect::CancelEvent { sched, token } => {
-                        self.events.remove(&(sched, token));
-                    }
-                    Effect::Resched(cpu) => self.decide(cpu.0, Preempt::Resched),
-                }
-            }
-        }
+        driver::settle(self, self.now);
     }
 
     /// Runs until `to`: scheduler events first, then slice expiries, in time order.
     fn advance(&mut self, to: Ns) {
         loop {
-            let ev = self.events.iter().map(|(k, &at)| (at, *k)).min();
+            let ev = self.drv.next_deadline();
             let sl = self.running.iter().enumerate().filter_map(|(c, r)| r.as_ref().and_then(|r| r.until).map(|u| (u, c as u16))).min();
             let tick = self.settle_every.map(|p| (self.now / p + 1) * p);
-            let next = [ev.map(|e| e.0), sl.map(|s| s.0), tick].into_iter().flatten().min();
+            let next = [ev, sl.map(|s| s.0), tick].into_iter().flatten().min();
             match next {
                 Some(at) if at <= to => {
                     self.now = at;
-                    if let Some((eat, (sched, token))) = ev.filter(|e| e.0 == at) {
-                        let _ = eat;
-                        self.events.remove(&(sched, token));
-                        self.d.fire_event(at, sched, token);
+                    if let Some((_, Due::Event { sched, token })) = self.drv.pop_due(at) {
+                        driver::fire(self, at, sched, token);
                         self.settle();
                     } else if let Some((_, c)) = sl.filter(|s| s.0 == at) {
                         self.decide(c, Preempt::SliceExpired);
@@ -214,7 +196,7 @@ impl Sim {
         if let Some(c) = (0..self.running.len()).find(|&c| self.running[c].as_ref().is_some_and(|r| r.task == t)) {
             self.account(c as u16);
         }
-        if let Some(cpu) = self.d.block(self.now, t, Block { voluntary }) {
+        if let Some(cpu) = self.drv.disp.block(self.now, t, Block { voluntary }) {
             self.running[cpu.0 as usize] = None;
             self.decide(cpu.0, Preempt::Resched);
         }
@@ -222,7 +204,7 @@ impl Sim {
     }
 
     fn wake(&mut self, t: TaskId, w: Wake) {
-        assert!(self.d.wake(self.now, t, w));
+        assert!(self.drv.disp.wake(self.now, t, w));
         self.settle();
     }
 
@@ -230,7 +212,7 @@ impl Sim {
         if let Some(c) = (0..self.running.len()).find(|&c| self.running[c].as_ref().is_some_and(|r| r.task == t)) {
             self.account(c as u16);
         }
-        if let Some(cpu) = self.d.remove_task(self.now, t) {
+        if let Some(cpu) = self.drv.disp.remove_task(self.now, t) {
             self.running[cpu.0 as usize] = None;
             self.decide(cpu.0, Preempt::Resched);
         }
@@ -243,8 +225,8 @@ impl Sim {
     }
 
     fn msg(&mut self, t: TaskId, req: Request) -> Reply {
-        let s = self.d.default_sched();
-        let r = self.d.message(self.now, s, Sender::ROOT, t, &req);
+        let s = self.drv.disp.default_sched();
+        let r = self.drv.disp.message(self.now, s, Sender::ROOT, t, &req);
         self.settle();
         r
     }
@@ -281,6 +263,22 @@ fn max_lag(sim: &Sim, tasks: &[(TaskId, u64)]) -> u128 {
         })
         .max()
         .unwrap()
+}
+
+impl Hooks for Sim {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+    fn account(&mut self, _now: Ns, cpu: CpuId) {
+        Sim::account(self, cpu.0);
+    }
+    fn dispatched(&mut self, _now: Ns, cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        Sim::dispatched(self, cpu.0, d);
+    }
+    fn event_time(&mut self, now: Ns, at: Ns) -> Option<Ns> {
+        assert!(at >= now, "event in the past");
+        Some(at)
+    }
 }
 
 // ----- §2.1 weighted fair sharing (Figure 1) -----
@@ -627,7 +625,7 @@ fn exited_tasks_are_forgotten() {
     sim.exit(b); // queued, not running
     sim.advance(mcu(20));
     assert!(sim.disp.iter().filter(|d| d.0 > mcu(1)).all(|d| d.2.task == a));
-    let r = sim.d.message(sim.now, sim.d.default_sched(), Sender::ROOT, a, &Request::Warp { on: true });
+    let r = sim.drv.disp.message(sim.now, sim.drv.disp.default_sched(), Sender::ROOT, a, &Request::Warp { on: true });
     assert_eq!(r, Reply::Ok);
 }
 
@@ -949,15 +947,15 @@ fn bad_task_parameters_are_refused_at_attach() {
 #[test]
 fn bad_parameters_are_refused_through_the_dispatcher() {
     let mut sim = Sim::new(1, cfg(2));
-    let r = sim.d.try_add_task(0, params(&[("weight", 7), ("unwarp", -3)]), CpuSet::first(1), None, true);
+    let r = sim.drv.disp.try_add_task(0, params(&[("weight", 7), ("unwarp", -3)]), CpuSet::first(1), None, true);
     let (t, why) = r.unwrap_err();
     assert!(why.contains("unwarp"), "{why}");
-    assert_eq!(sim.d.state(t), TaskState::Dead);
+    assert_eq!(sim.drv.disp.state(t), TaskState::Dead);
     // A task with good parameters may join a second BVT scheduler (a reserved-effort level).
-    let upper = sim.d.register("bvt-re", Box::new(Bvt::default()), Usage::Reserved { cpu_ppm: 500_000 }, Position::Top).unwrap();
+    let upper = sim.drv.disp.register("bvt-re", Box::new(Bvt::default()), Usage::Reserved { cpu_ppm: 500_000 }, Position::Top).unwrap();
     let good = sim.add(params(&[("weight", 7)]), true);
-    assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, good, &Request::Join), Reply::Ok);
-    assert_eq!(sim.d.owner(good), Some(upper));
+    assert_eq!(sim.drv.disp.message(sim.now, upper, Sender::ROOT, good, &Request::Join), Reply::Ok);
+    assert_eq!(sim.drv.disp.owner(good), Some(upper));
 }
 
 // ----- guests -----
@@ -967,10 +965,10 @@ fn guests_are_run_like_own_tasks() {
     let mut sim = Sim::new(1, cfg(2));
     let own = sim.add(params(&[]), true);
     let g = sim.add(params(&[]), true);
-    let upper = sim.d.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
-    assert_eq!(sim.d.message(sim.now, upper, Sender::ROOT, g, &Request::Join), Reply::Ok);
+    let upper = sim.drv.disp.register("abstain", Box::new(Abstain), Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap();
+    assert_eq!(sim.drv.disp.message(sim.now, upper, Sender::ROOT, g, &Request::Join), Reply::Ok);
     sim.settle();
-    assert!(sim.d.is_guest(g));
+    assert!(sim.drv.disp.is_guest(g));
     sim.advance(mcu(100));
     assert!(sim.ran(g).abs_diff(sim.ran(own)) <= mcu(3), "{} vs {}", sim.ran(g), sim.ran(own));
 }

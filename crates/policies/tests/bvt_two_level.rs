@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use vassal_core::driver::{self, Due, Hooks};
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Preempt, Reply, Request, Sender, Shared, TaskId, TaskParams,
     Wake, MS,
 };
 use vassal_policies::bvt::two_level::{self, TwoLevelBvt};
@@ -21,13 +22,12 @@ struct Run {
     until: Option<Ns>,
 }
 
-/// A one-CPU mechanism: events, slice expiries, exact CPU accounting.
+/// A one-CPU mechanism on the driver: events, slice expiries, exact CPU accounting.
 struct Sim {
-    d: Dispatcher,
+    drv: Driver,
     b: Arc<Mutex<TwoLevelBvt>>,
     now: Ns,
     run: Option<Run>,
-    events: BTreeMap<(SchedId, u64), Ns>,
     /// (time ms, task) of every dispatch that changed the running task.
     switches: Vec<(u64, u32)>,
     cpu: BTreeMap<TaskId, Ns>,
@@ -50,7 +50,7 @@ fn new_sim(sched: &[(&str, ParamValue)]) -> Sim {
     ps.finish().unwrap();
     let b = Arc::new(Mutex::new(b));
     let d = Dispatcher::new(1, "bvt2", Box::new(Shared::of(&b)), HierarchyConfig::default());
-    Sim { d, b, now: 0, run: None, events: BTreeMap::new(), switches: Vec::new(), cpu: BTreeMap::new() }
+    Sim { drv: Driver::new(d), b, now: 0, run: None, switches: Vec::new(), cpu: BTreeMap::new() }
 }
 
 impl Sim {
@@ -60,50 +60,26 @@ impl Sim {
             r.since = self.now;
             let t = r.task;
             *self.cpu.entry(t).or_insert(0) += ran;
-            self.d.account(self.now, t, CpuId(0), ran);
+            self.drv.disp.account(self.now, t, CpuId(0), ran);
         }
     }
     fn decide(&mut self, why: Preempt) {
-        self.account();
-        let r = self.d.schedule(self.now, CpuId(0), why);
+        driver::decide(self, self.now, CpuId(0), why);
+    }
+    /// The dispatcher decided `r`.
+    fn dispatched(&mut self, r: Option<Dispatched>) {
         if let Some(d) = r {
             if self.run.as_ref().map(|r| r.task) != Some(d.task) {
                 self.switches.push((self.now / MS, d.task.0));
             }
         }
         self.run = r.map(|d| Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) });
-        self.d.check_invariants().unwrap();
+        self.drv.disp.check_invariants().unwrap();
     }
     fn settle(&mut self) {
-        let mut fx = Vec::new();
-        let mut guard = 0u32;
-        loop {
-            guard += 1;
-            assert!(
-                guard < 10_000,
-                "effects never settle at {} ms: {:?}",
-                self.now / MS,
-                self.switches.iter().rev().take(8).collect::<Vec<_>>()
-            );
-            self.d.drain_effects(&mut fx);
-            if fx.is_empty() {
-                break;
-            }
-            for e in std::mem::take(&mut fx) {
-                match e {
-                    Effect::SetEvent { sched, token, at } => {
-                        assert!(at >= self.now, "event in the past");
-                        self.events.insert((sched, token), at);
-                    }
-                    Effect::CancelEvent { sched, token } => {
-                        self.events.remove(&(sched, token));
-                    }
-                    Effect::Resched(_) => self.decide(Preempt::Resched),
-                }
-            }
-        }
+        driver::settle(self, self.now);
         // The dispatcher may have dispatched on its own (an idle CPU after a wake-up).
-        let now_running = self.d.running(CpuId(0));
+        let now_running = self.drv.disp.running(CpuId(0));
         if now_running != self.run.as_ref().map(|r| r.task) {
             panic!("mechanism out of step: dispatcher runs {now_running:?}");
         }
@@ -113,15 +89,14 @@ impl Sim {
         loop {
             guard += 1;
             assert!(guard < 200_000, "livelock at {} ms: {:?}", self.now / MS, self.switches.iter().rev().take(5).collect::<Vec<_>>());
-            let ev = self.events.iter().map(|(k, &at)| (at, *k)).min();
+            let ev = self.drv.next_deadline();
             let sl = self.run.as_ref().and_then(|r| r.until);
-            let next = [ev.map(|e| e.0), sl].into_iter().flatten().min();
+            let next = [ev, sl].into_iter().flatten().min();
             match next {
                 Some(at) if at <= to => {
                     self.now = at;
-                    if let Some((_, (sched, token))) = ev.filter(|e| e.0 == at) {
-                        self.events.remove(&(sched, token));
-                        self.d.fire_event(at, sched, token);
+                    if let Some((_, Due::Event { sched, token })) = self.drv.pop_due(at) {
+                        driver::fire(self, at, sched, token);
                     } else {
                         self.decide(Preempt::SliceExpired);
                     }
@@ -134,14 +109,14 @@ impl Sim {
         self.account();
     }
     fn add(&mut self, kv: &[(&str, i64)], runnable: bool) -> Result<TaskId, String> {
-        let r = self.d.try_add_task(self.now, p(kv), CpuSet::first(1), None, runnable).map_err(|e| e.1);
+        let r = self.drv.disp.try_add_task(self.now, p(kv), CpuSet::first(1), None, runnable).map_err(|e| e.1);
         self.sync_run();
         self.settle();
         r
     }
     /// The dispatcher decides on an idle CPU by itself after an add or wake-up.
     fn sync_run(&mut self) {
-        let r = self.d.running(CpuId(0));
+        let r = self.drv.disp.running(CpuId(0));
         if r != self.run.as_ref().map(|r| r.task) {
             if let Some(t) = r {
                 self.switches.push((self.now / MS, t.0));
@@ -151,7 +126,7 @@ impl Sim {
         }
     }
     fn wake(&mut self, t: TaskId) {
-        assert!(self.d.wake(self.now, t, Wake { voluntary: true, ..Wake::default() }));
+        assert!(self.drv.disp.wake(self.now, t, Wake { voluntary: true, ..Wake::default() }));
         self.sync_run();
         self.settle();
     }
@@ -159,7 +134,7 @@ impl Sim {
         if self.run.as_ref().is_some_and(|r| r.task == t) {
             self.account();
         }
-        if self.d.block(self.now, t, Block { voluntary: true }).is_some() {
+        if self.drv.disp.block(self.now, t, Block { voluntary: true }).is_some() {
             self.run = None;
             self.decide(Preempt::Resched);
         }
@@ -169,21 +144,40 @@ impl Sim {
         if self.run.as_ref().is_some_and(|r| r.task == t) {
             self.account();
         }
-        if self.d.remove_task(self.now, t).is_some() {
+        if self.drv.disp.remove_task(self.now, t).is_some() {
             self.run = None;
             self.decide(Preempt::Resched);
         }
         self.settle();
     }
     fn msg(&mut self, uid: u32, t: TaskId, req: Request) -> Reply {
-        let sched = self.d.default_sched();
-        let r = self.d.message(self.now, sched, Sender { task: Some(t), uid }, t, &req);
+        let sched = self.drv.disp.default_sched();
+        let r = self.drv.disp.message(self.now, sched, Sender { task: Some(t), uid }, t, &req);
         self.sync_run();
         self.settle();
         r
     }
     fn cpu_ms(&self, t: TaskId) -> u64 {
         self.cpu.get(&t).copied().unwrap_or(0) / MS
+    }
+}
+
+impl Hooks for Sim {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+    fn account(&mut self, _now: Ns, _cpu: CpuId) {
+        Sim::account(self);
+    }
+    fn dispatched(&mut self, _now: Ns, _cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        Sim::dispatched(self, d);
+    }
+    fn event_time(&mut self, now: Ns, at: Ns) -> Option<Ns> {
+        assert!(at >= now, "event in the past");
+        Some(at)
+    }
+    fn livelock(&mut self, now: Ns, _cpu: CpuId) {
+        panic!("effects never settle at {} ms: {:?}", now / MS, self.switches.iter().rev().take(8).collect::<Vec<_>>());
     }
 }
 
@@ -415,7 +409,7 @@ fn random_wakeups_and_blocks_in_both_modes_never_livelock() {
                 let w = [0, 30, 8 * MS as i64, 20 * MS as i64, 0][i];
                 tasks.push(sim.add(&[("weight", 1 + i as i64), ("warp", w), ("warp_limit", 20 * MS as i64)], true).unwrap());
             }
-            let mut x = seed * 0x9E37_79B9_7F4A_7C15;
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let mut blocked = vec![false; tasks.len()];
             for _ in 0..300 {
                 let dt = next(&mut x) % (15 * MS) + 1;

@@ -1,15 +1,17 @@
 //! DBS (BVT paper 001 §5): admission (`dbs::admission`) and dispatching (`dbs`), driven
 //! through a real dispatcher. The shared harness (`common::Sim`) does not fire scheduler
 //! events, which DBS needs (a reservation becomes active at its start), so this file has
-//! a small mechanism of its own: slices, accounting, scheduler events, in time order.
+//! a small mechanism of its own on the driver: slices, accounting, scheduler events, in
+//! time order.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
+use vassal_core::driver::{self, Due, Hooks};
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatcher, Effect, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId, TaskParams,
-    Wake, MS,
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Preempt, Reply, Request, SchedId, Sender, Shared, TaskId,
+    TaskParams, Wake, MS,
 };
 use vassal_policies::dbs::admission::{admit, feasible, validate, Demand, MAX_TIME};
 use vassal_policies::dbs::{Dbs, Reservation};
@@ -17,11 +19,10 @@ use vassal_policies::dbs::{Dbs, Reservation};
 const CPU0: CpuId = CpuId(0);
 
 struct H {
-    d: Dispatcher,
+    drv: Driver,
     dbs: Arc<Mutex<Dbs>>,
     sched: SchedId,
     now: Ns,
-    events: BTreeMap<(SchedId, u64), Ns>,
     /// Per CPU: (task, since, slice end).
     running: Vec<Option<(TaskId, Ns, Option<Ns>)>>,
     /// Every dispatch: (time, cpu, task).
@@ -35,23 +36,23 @@ impl H {
         let (policy, dbs) = Shared::new(Dbs::new(10 * MS));
         let d = Dispatcher::new(ncpus, "dbs", Box::new(policy), HierarchyConfig::default());
         let sched = d.default_sched();
-        H { d, dbs, sched, now: 0, events: BTreeMap::new(), running: vec![None; ncpus as usize], log: Vec::new(), cpu: BTreeMap::new() }
+        H { drv: Driver::new(d), dbs, sched, now: 0, running: vec![None; ncpus as usize], log: Vec::new(), cpu: BTreeMap::new() }
     }
 
     fn add(&mut self, runnable: bool) -> TaskId {
-        let all = CpuSet::first(self.d.ncpus());
+        let all = CpuSet::first(self.drv.disp.ncpus());
         self.add_on(runnable, all)
     }
 
     fn add_on(&mut self, runnable: bool, aff: CpuSet) -> TaskId {
-        let t = self.d.add_task(self.now, TaskParams::new(), aff, None, runnable);
+        let t = self.drv.disp.add_task(self.now, TaskParams::new(), aff, None, runnable);
         self.settle();
         self.fill_idle();
         t
     }
 
     fn fill_idle(&mut self) {
-        for c in 0..self.d.ncpus() {
+        for c in 0..self.drv.disp.ncpus() {
             if self.running[c as usize].is_none() {
                 self.schedule(CpuId(c), Preempt::Resched);
             }
@@ -62,7 +63,7 @@ impl H {
         if let Some((t, since, until)) = self.running[cpu.0 as usize] {
             let ran = self.now - since;
             if ran > 0 {
-                self.d.account(self.now, t, cpu, ran);
+                self.drv.disp.account(self.now, t, cpu, ran);
                 *self.cpu.entry(t).or_default() += ran;
             }
             self.running[cpu.0 as usize] = Some((t, self.now, until));
@@ -70,56 +71,42 @@ impl H {
     }
 
     fn account_all(&mut self) {
-        for c in 0..self.d.ncpus() {
+        for c in 0..self.drv.disp.ncpus() {
             self.account(CpuId(c));
         }
     }
 
     fn schedule(&mut self, cpu: CpuId, why: Preempt) {
-        self.account(cpu);
-        let d = self.d.schedule(self.now, cpu, why);
-        self.d.check_invariants().unwrap();
+        driver::decide(self, self.now, cpu, why);
+        self.settle();
+    }
+
+    /// The dispatcher decided `d` on `cpu`.
+    fn dispatched(&mut self, cpu: CpuId, d: Option<Dispatched>) {
+        self.drv.disp.check_invariants().unwrap();
         if let Some(d) = d {
             if d.prev != Some(d.task) || self.log.last().is_none_or(|l| l.2 != d.task) {
                 self.log.push((self.now, cpu, d.task));
             }
         }
         self.running[cpu.0 as usize] = d.map(|d| (d.task, self.now, d.slice.map(|s| self.now + s)));
-        self.settle();
     }
 
     fn settle(&mut self) {
-        loop {
-            let mut fx = Vec::new();
-            self.d.drain_effects(&mut fx);
-            if fx.is_empty() {
-                return;
-            }
-            for e in fx {
-                match e {
-                    Effect::SetEvent { sched, token, at } => {
-                        self.events.insert((sched, token), at);
-                    }
-                    Effect::CancelEvent { sched, token } => {
-                        self.events.remove(&(sched, token));
-                    }
-                    Effect::Resched(cpu) => self.schedule(cpu, Preempt::Resched),
-                }
-            }
-        }
+        driver::settle(self, self.now);
     }
 
     /// Advances to `until`: scheduler events and slice ends, in time order.
     fn run_until(&mut self, until: Ns) {
         loop {
-            let ev = self.events.iter().map(|(&k, &at)| (at, k)).min();
+            let ev = self.drv.next_deadline();
             let slice = self.running.iter().enumerate().filter_map(|(c, r)| r.and_then(|r| r.2).map(|u| (u, c))).min();
             match (ev, slice) {
-                (Some((at, k)), s) if at <= until && s.is_none_or(|(u, _)| at <= u) => {
+                (Some(at), s) if at <= until && s.is_none_or(|(u, _)| at <= u) => {
                     self.now = at;
-                    self.events.remove(&k);
-                    self.account_all();
-                    self.d.fire_event(self.now, k.0, k.1);
+                    if let Some((_, Due::Event { sched, token })) = self.drv.pop_due(at) {
+                        driver::fire(self, at, sched, token);
+                    }
                     self.settle();
                 }
                 (_, Some((u, c))) if u <= until => {
@@ -135,7 +122,7 @@ impl H {
 
     fn block(&mut self, t: TaskId) {
         self.account_all();
-        if let Some(c) = self.d.block(self.now, t, Block { voluntary: true }) {
+        if let Some(c) = self.drv.disp.block(self.now, t, Block { voluntary: true }) {
             self.running[c.0 as usize] = None;
             self.settle();
             self.schedule(c, Preempt::Resched);
@@ -145,7 +132,7 @@ impl H {
 
     fn wake(&mut self, t: TaskId) {
         self.account_all();
-        self.d.wake(self.now, t, Wake { voluntary: true, ..Wake::default() });
+        self.drv.disp.wake(self.now, t, Wake { voluntary: true, ..Wake::default() });
         self.settle();
         self.fill_idle();
     }
@@ -154,7 +141,7 @@ impl H {
     fn reserve(&mut self, task: TaskId, start: Ns, need: Ns, deadline: Ns) -> Reply {
         self.account_all();
         let req = Request::Deadline { start, need, deadline };
-        let r = self.d.message(self.now, self.sched, Sender { task: Some(task), uid: 1000 }, task, &req);
+        let r = self.drv.disp.message(self.now, self.sched, Sender { task: Some(task), uid: 1000 }, task, &req);
         self.settle();
         r
     }
@@ -164,11 +151,26 @@ impl H {
     }
 
     fn on(&self, cpu: CpuId) -> Option<TaskId> {
-        self.d.running(cpu)
+        self.drv.disp.running(cpu)
     }
 
     fn cpu_of(&self, t: TaskId) -> Ns {
         self.cpu.get(&t).copied().unwrap_or(0)
+    }
+}
+
+impl Hooks for H {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+    fn account(&mut self, _now: Ns, cpu: CpuId) {
+        H::account(self, cpu);
+    }
+    fn dispatched(&mut self, _now: Ns, cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        H::dispatched(self, cpu, d);
+    }
+    fn before_event(&mut self, _now: Ns, _sched: SchedId) {
+        self.account_all();
     }
 }
 
@@ -278,7 +280,7 @@ fn bad_requests_are_refused_and_leave_every_reservation_untouched() {
     }
     // Someone else may not reserve for b.
     let req = Request::Deadline { start: 30 * MS, need: MS, deadline: 40 * MS };
-    let r = h.d.message(h.now, h.sched, Sender { task: Some(a), uid: 1000 }, b, &req);
+    let r = h.drv.disp.message(h.now, h.sched, Sender { task: Some(a), uid: 1000 }, b, &req);
     assert!(refused(r).contains("only"));
     assert_eq!(h.reservations(), before);
     // A request that fits exactly is still accepted afterwards.
@@ -430,10 +432,10 @@ proptest! {
                 Op::AddPlain => plain.push(h.add(true)),
                 Op::AddReserver => reservers.push(h.add(true)),
                 Op::Block(i) => if let Some(&t) = plain.get(i) {
-                    if h.d.state(t).is_runnable() { h.block(t); }
+                    if h.drv.disp.state(t).is_runnable() { h.block(t); }
                 },
                 Op::Wake(i) => if let Some(&t) = plain.get(i) {
-                    if h.d.state(t) == vassal_core::TaskState::Blocked { h.wake(t); }
+                    if h.drv.disp.state(t) == vassal_core::TaskState::Blocked { h.wake(t); }
                 },
                 Op::Reserve(i, s, t, w) => if let Some(&task) = reservers.get(i) {
                     let start = h.now + s * MS;
@@ -445,13 +447,13 @@ proptest! {
                 .map(|r| Demand { start: r.start, need: r.need - r.used, deadline: r.deadline }).collect();
             prop_assert!(feasible(h.now, &live).is_ok(), "at {}: {:?}", h.now, h.reservations());
             prop_assert!(h.reservations().iter().all(|r| r.deadline > h.now), "an expired reservation is still live");
-            prop_assert_eq!(h.d.stats().refused, 0);
+            prop_assert_eq!(h.drv.disp.stats().refused, 0);
             let running: Vec<TaskId> = (0..ncpus).filter_map(|c| h.on(CpuId(c))).collect();
             let mut dedup = running.clone();
             dedup.sort();
             dedup.dedup();
             prop_assert_eq!(dedup.len(), running.len(), "a task on two CPUs");
-            let waiting = plain.iter().chain(&reservers).any(|&t| h.d.state(t) == vassal_core::TaskState::Runnable);
+            let waiting = plain.iter().chain(&reservers).any(|&t| h.drv.disp.state(t) == vassal_core::TaskState::Runnable);
             if waiting {
                 prop_assert!((0..ncpus).all(|c| h.on(CpuId(c)).is_some()), "a CPU idles while a task waits");
             }

@@ -69,12 +69,12 @@ fn global_edf_preempts_the_latest_deadline_of_several_cpus() {
 #[test]
 fn bad_parameters_are_refused_at_attach_and_by_message() {
     let mut s = Sim::new(1, edf());
-    let err = s.d.try_add_task(0, params(&[("period", 0)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
+    let err = s.drv.disp.try_add_task(0, params(&[("period", 0)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
     assert!(err.contains("period") && err.contains("positive"), "{err}");
-    let err = s.d.try_add_task(0, params(&[("deadline", 5)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
+    let err = s.drv.disp.try_add_task(0, params(&[("deadline", 5)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
     assert!(err.contains("no period"), "{err}");
     let t = s.add(&[("period", ms(10) as i64)], None, true);
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     let r = s.message(sched, t, Request::Param { name: "deadline".into(), value: -1 });
     assert!(matches!(r, Reply::Refused(ref e) if e.contains("positive")), "{r:?}");
     let r = s.message(sched, t, Request::Param { name: "weight".into(), value: 1 });

@@ -135,7 +135,7 @@ fn blocking_raises_the_level_by_the_awaited_event() {
     // A fresh quantum of the new level.
     assert_eq!(info(&p, tin).left, Some(ms(20)));
     // The increment can be set by message before blocking.
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     s.wake(disk);
     assert_eq!(s.message(sched, disk, Request::Param { name: "wake_boost".into(), value: 4 }), Reply::Ok);
     s.block(disk);
@@ -208,7 +208,7 @@ fn real_time_levels_preempt_and_are_not_time_sliced() {
 #[test]
 fn messages_change_the_base_level() {
     let (mut s, p) = setup(1, cfg());
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     let h = s.add(&[("base", 15)], None, true);
     let a = s.add(&[("base", 2)], None, true);
     // Raised base: the level follows up to it.
@@ -256,9 +256,9 @@ fn registry_builds_fb_and_checks_params() {
     let mut s = Sim::new(1, build("fb", &[("base", ParamValue::Int(3)), ("quantum", dur("10ms")), ("quantum_step", dur("10ms"))]));
     s.add(&[("priority", 99), ("weight", 4), ("period", 1_000_000)], None, true);
     assert_eq!(s.timeline(), vec![(0, 0, Some(130))]);
-    let e = s.d.try_add_task(0, params(&[("base", 40)]), CpuSet::first(1), None, true).unwrap_err().1;
+    let e = s.drv.disp.try_add_task(0, params(&[("base", 40)]), CpuSet::first(1), None, true).unwrap_err().1;
     assert!(e.contains("base"), "{e}");
-    let e = s.d.try_add_task(0, params(&[("wake_boost", -1)]), CpuSet::first(1), None, false).unwrap_err().1;
+    let e = s.drv.disp.try_add_task(0, params(&[("wake_boost", -1)]), CpuSet::first(1), None, false).unwrap_err().1;
     assert!(e.contains("wake_boost"), "{e}");
 }
 
@@ -266,7 +266,7 @@ fn registry_builds_fb_and_checks_params() {
 fn a_new_task_inherits_its_parents_base() {
     let (mut s, p) = setup(1, cfg());
     let a = s.add(&[("base", 11)], None, true);
-    let child = s.d.add_task(0, params(&[]), CpuSet::first(1), Some(a), true);
+    let child = s.drv.disp.add_task(0, params(&[]), CpuSet::first(1), Some(a), true);
     s.settle();
     assert_eq!((info(&p, child).base, level(&p, child)), (11, 11));
 }

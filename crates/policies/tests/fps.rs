@@ -133,7 +133,7 @@ fn fps_rate_monotonic_orders_by_period() {
 #[test]
 fn fps_param_message_changes_priority_with_preemption() {
     let mut s = Sim::new(1, fps());
-    let def = s.d.default_sched();
+    let def = s.drv.disp.default_sched();
     let a = s.add(&prio(3), None, true);
     let b = s.add(&prio(1), None, true);
     s.now = ms(1);
@@ -161,7 +161,7 @@ fn fps_param_message_changes_priority_with_preemption() {
 #[test]
 fn fps_rm_param_message_takes_period() {
     let mut s = Sim::new(1, build("fps", &[("rm", ParamValue::Bool(true))]));
-    let def = s.d.default_sched();
+    let def = s.drv.disp.default_sched();
     let a = s.add(&[("period", 10)], None, true);
     let b = s.add(&[("period", 20)], None, true);
     s.now = ms(1);
@@ -208,7 +208,7 @@ fn fps_two_cpus_affinity_and_cascade() {
     assert_eq!(s.on_cpu(1), vec![(0, l2.0), (5, h.0), (8, l1.0)]);
     assert!(s.log.iter().all(|d| d.task != h || d.cpu == CpuId(1)));
     assert_no_double_dispatch(&s);
-    assert_eq!(s.d.stats().refused, 0);
+    assert_eq!(s.drv.disp.stats().refused, 0);
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn fps_malformed_period_is_refused() {
         Reply::Refused(why) => assert!(why.contains("period"), "{why}"),
         r => panic!("{r:?}"),
     }
-    assert_eq!(s.d.owner(bad), Some(s.d.default_sched()));
+    assert_eq!(s.drv.disp.owner(bad), Some(s.drv.disp.default_sched()));
     let good = s.add(&[("period", 1000)], None, true);
     assert_eq!(s.message(top, good, Request::Join), Reply::Ok);
 

@@ -32,8 +32,8 @@ fn tick_to(s: &mut Sim, until_ms: u64) {
             break;
         }
         s.run_until(next);
-        let sched = s.d.default_sched();
-        s.d.fire_event(s.now, sched, TICK_TOKEN);
+        let sched = s.drv.disp.default_sched();
+        s.drv.disp.fire_event(s.now, sched, TICK_TOKEN);
         s.settle();
     }
     s.run_until(until);
@@ -289,7 +289,7 @@ fn out_of_range_priority_and_nice_are_clamped() {
     let prio = |t| p.lock().unwrap().task_info(t).unwrap().priority;
     assert_eq!((prio(a), prio(b), prio(c), prio(d)), (1, 1000, 40, 13));
     // A message sets it while the task is queued.
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     assert_eq!(s.message(sched, a, Request::Param { name: "nice".into(), value: -5 }), Reply::Ok);
     assert_eq!(prio(a), 25);
     assert!(!s.message(sched, a, Request::Param { name: "weight".into(), value: 2 }).is_ok());

@@ -40,7 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// priority and period (a task's period is its weight in ms).
 fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check: impl FnMut(&Sim, &[(i64, i64)])) -> Sim {
     let mut s = Sim::new(ncpus, policy);
-    let def = s.d.default_sched();
+    let def = s.drv.disp.default_sched();
     let mut prios: Vec<(i64, i64)> = Vec::new();
     let mut tasks: Vec<TaskId> = Vec::new();
     for op in ops {
@@ -60,7 +60,7 @@ fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check:
             }
             Op::Wake(i) => {
                 if let Some(&t) = tasks.get(i) {
-                    if s.d.state(t) == TaskState::Blocked {
+                    if s.drv.disp.state(t) == TaskState::Blocked {
                         s.wake(t);
                     }
                 }
@@ -86,7 +86,7 @@ fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check:
             }
             Op::SetPrio(i, p) => {
                 if let Some(&t) = tasks.get(i) {
-                    if s.d.state(t) != TaskState::Dead {
+                    if s.drv.disp.state(t) != TaskState::Dead {
                         let r = s.message(def, t, Request::Param { name: "priority".into(), value: p });
                         if r.is_ok() {
                             prios[i].0 = p;
@@ -95,7 +95,7 @@ fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check:
                 }
             }
         }
-        assert_eq!(s.d.stats().refused, 0, "a decision was refused");
+        assert_eq!(s.drv.disp.stats().refused, 0, "a decision was refused");
         assert_eq!(s.overlaps, 0, "a task was dispatched while running elsewhere");
         check(&s, &prios);
     }
@@ -103,14 +103,14 @@ fn run(ncpus: u16, policy: Box<dyn Policy>, ops: &[Op], pinned: bool, mut check:
 }
 
 fn waiting(s: &Sim, ntasks: usize) -> Vec<TaskId> {
-    (0..ntasks as u32).map(TaskId).filter(|&t| s.d.state(t) == TaskState::Runnable).collect()
+    (0..ntasks as u32).map(TaskId).filter(|&t| s.drv.disp.state(t) == TaskState::Runnable).collect()
 }
 
 /// With no affinity constraints, no CPU is idle while a task waits.
 fn work_conserving(s: &Sim) {
-    let n = s.d.task_count();
+    let n = s.drv.disp.task_count();
     if !waiting(s, n).is_empty() {
-        for c in 0..s.d.ncpus() {
+        for c in 0..s.drv.disp.ncpus() {
             assert!(s.running_task(c).is_some(), "cpu{c} idle while {:?} wait", waiting(s, n));
         }
     }
@@ -118,13 +118,13 @@ fn work_conserving(s: &Sim) {
 
 /// Every task runnable throughout a long enough stretch is dispatched in it.
 fn everyone_served(mut s: Sim, round: u64) {
-    let n = s.d.task_count();
-    let runnable: Vec<TaskId> = (0..n as u32).map(TaskId).filter(|&t| s.d.state(t).is_runnable()).collect();
+    let n = s.drv.disp.task_count();
+    let runnable: Vec<TaskId> = (0..n as u32).map(TaskId).filter(|&t| s.drv.disp.state(t).is_runnable()).collect();
     let from = s.log.len();
     let until = s.now + round;
     s.run_until(until);
     for t in runnable {
-        let ran = s.log[from..].iter().any(|d| d.task == t) || s.d.state(t) != TaskState::Runnable;
+        let ran = s.log[from..].iter().any(|d| d.task == t) || s.drv.disp.state(t) != TaskState::Runnable;
         assert!(ran, "{t} was not served within {round} ns");
     }
 }
@@ -139,14 +139,14 @@ proptest! {
     #[test]
     fn rr_valid_fair_and_work_conserving(n in ncpus(), ops in prop::collection::vec(op(), 1..60), pinned in any::<bool>()) {
         let s = run(n, build("rr", &[("quantum", dur("10ms"))]), &ops, pinned, |s, _| if !pinned { work_conserving(s) });
-        let tasks = s.d.task_count() as u64;
+        let tasks = s.drv.disp.task_count() as u64;
         everyone_served(s, (tasks + 1) * ms(10));
     }
 
     #[test]
     fn wrr_valid_fair_and_work_conserving(n in ncpus(), ops in prop::collection::vec(op(), 1..60), pinned in any::<bool>()) {
         let s = run(n, build("wrr", &[("quantum", dur("10ms"))]), &ops, pinned, |s, _| if !pinned { work_conserving(s) });
-        let tasks = s.d.task_count() as u64;
+        let tasks = s.drv.disp.task_count() as u64;
         everyone_served(s, (tasks + 1) * 3 * ms(10));
     }
 
@@ -169,7 +169,7 @@ proptest! {
                 if rm { (-period, -(t.0 as i64)) } else { (prio, 0) }
             };
             let best_waiting = waiting(s, prios.len()).into_iter().map(imp).max();
-            for c in 0..s.d.ncpus() {
+            for c in 0..s.drv.disp.ncpus() {
                 if let (Some(t), Some(w)) = (s.running_task(c), best_waiting) {
                     assert!(imp(t) >= w, "cpu{c} runs {t} ({:?}) while {w:?} waits", imp(t));
                 }

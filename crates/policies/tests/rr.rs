@@ -146,7 +146,7 @@ fn rr_guest_tasks_take_turns_with_own_tasks() {
     let passive = s.register_top("passive", Box::new(Passive));
     let x = s.add(&[], None, true);
     assert_eq!(s.message(passive, x, Request::Join), vassal_core::Reply::Ok);
-    assert!(s.d.is_guest(x));
+    assert!(s.drv.disp.is_guest(x));
     s.run_until(ms(50));
     assert_eq!(s.tasks(), vec![a, b, x, a, b, x]);
 }
@@ -193,7 +193,7 @@ fn rr_two_cpus_affinity_and_no_double_dispatch() {
     let _ = (a, c);
     assert_no_double_dispatch(&s);
     assert!(s.log.iter().all(|d| d.task != b || d.cpu == CpuId(1)));
-    assert_eq!(s.d.stats().refused, 0);
+    assert_eq!(s.drv.disp.stats().refused, 0);
 }
 
 #[test]
@@ -203,8 +203,8 @@ fn rr_two_cpus_fill_idle_cpu_after_double_kick() {
     let mut s = Sim::new(2, rr(10));
     let a = s.add(&[], None, false);
     let b = s.add(&[], None, false);
-    assert!(s.d.wake(s.now, a, vassal_core::Wake::default()));
-    assert!(s.d.wake(s.now, b, vassal_core::Wake::default()));
+    assert!(s.drv.disp.wake(s.now, a, vassal_core::Wake::default()));
+    assert!(s.drv.disp.wake(s.now, b, vassal_core::Wake::default()));
     s.settle();
     assert_eq!(s.running_task(0), Some(a));
     assert_eq!(s.running_task(1), Some(b));

@@ -31,8 +31,8 @@ fn tick_to_ns(s: &mut Sim, tick: Ns, until: Ns) {
             break;
         }
         s.run_until(next);
-        let sched = s.d.default_sched();
-        s.d.fire_event(s.now, sched, TICK_TOKEN);
+        let sched = s.drv.disp.default_sched();
+        s.drv.disp.fire_event(s.now, sched, TICK_TOKEN);
         s.settle();
     }
     s.run_until(until);
@@ -279,7 +279,7 @@ fn sleepers_decay_and_keep_their_kernel_priority() {
 #[test]
 fn messages_set_nice_and_wait_pri() {
     let (mut s, p) = setup(1, v7_10ms());
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     let a = s.add(&[], None, true);
     let b = s.add(&[], None, true);
     // nice takes effect at once for a user-mode task: B (pri 50) → 50 + 10 = 60.
@@ -324,9 +324,9 @@ fn registry_builds_unix_and_checks_params() {
     // refused at attach with a message.
     let mut s = Sim::new(1, build("unix", &[]));
     s.add(&[("priority", 99), ("weight", 4), ("period", 1_000_000)], None, true);
-    let e = s.d.try_add_task(0, params(&[("nice", 30)]), CpuSet::first(1), None, true).unwrap_err().1;
+    let e = s.drv.disp.try_add_task(0, params(&[("nice", 30)]), CpuSet::first(1), None, true).unwrap_err().1;
     assert!(e.contains("nice"), "{e}");
-    let e = s.d.try_add_task(0, params(&[("wait_pri", 50)]), CpuSet::first(1), None, false).unwrap_err().1;
+    let e = s.drv.disp.try_add_task(0, params(&[("wait_pri", 50)]), CpuSet::first(1), None, false).unwrap_err().1;
     assert!(e.contains("wait_pri"), "{e}");
 }
 
@@ -334,7 +334,7 @@ fn registry_builds_unix_and_checks_params() {
 fn a_new_task_inherits_its_parents_nice() {
     let (mut s, p) = setup(1, v7_10ms());
     let a = s.add(&[("nice", 7)], None, true);
-    let child = s.d.add_task(0, params(&[]), CpuSet::first(1), Some(a), true);
+    let child = s.drv.disp.add_task(0, params(&[]), CpuSet::first(1), Some(a), true);
     s.settle();
     assert_eq!((info(&p, child).nice, info(&p, child).pri), (7, 57));
 }
@@ -383,8 +383,8 @@ fn random_ops_unix(s: &mut Sim, tick: Ns, seed: u64) {
 
 fn fire(s: &mut Sim, at: Ns) {
     s.run_until(at);
-    let sched = s.d.default_sched();
-    s.d.fire_event(s.now, sched, TICK_TOKEN);
+    let sched = s.drv.disp.default_sched();
+    s.drv.disp.fire_event(s.now, sched, TICK_TOKEN);
     s.settle();
 }
 

@@ -71,7 +71,7 @@ fn wrr_block_and_wake_start_a_fresh_turn_at_the_tail() {
 #[test]
 fn wrr_weight_message() {
     let mut s = Sim::new(1, wrr(10));
-    let def = s.d.default_sched();
+    let def = s.drv.disp.default_sched();
     let a = s.add(&[], None, true);
     let b = s.add(&[], None, true);
     assert_eq!(s.message(def, b, Request::Param { name: "weight".into(), value: 4 }), Reply::Ok);
@@ -100,7 +100,7 @@ fn wrr_malformed_weight_is_refused() {
             Reply::Refused(why) => assert!(why.contains("weight"), "{why}"),
             r => panic!("weight {w}: {r:?}"),
         }
-        assert_eq!(s.d.owner(task), Some(s.d.default_sched()));
+        assert_eq!(s.drv.disp.owner(task), Some(s.drv.disp.default_sched()));
     }
     let huge = s.add(&[("weight", i64::MAX)], None, true);
     assert!(matches!(s.message(top, huge, Request::Join), Reply::Refused(_)));

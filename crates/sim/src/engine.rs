@@ -16,15 +16,15 @@
 //! waits are rounded up to the next tick (NT's HAL, paper 000 §2); wake-ups from I/O,
 //! interrupts and reschedule requests are immediate (a DISPATCH interrupt).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
+use vassal_core::driver::{self, Due, Hooks, RESCHED_LIMIT};
 use vassal_core::{
-    Block, CpuId, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender, TaskId,
+    Block, CpuId, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Position, Preempt, Reply, Request, SchedId, Sender, TaskId,
     TaskState, VirtualTime, Wake, SEC,
 };
 
@@ -40,9 +40,6 @@ mod randres;
 
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
-/// Reschedules one CPU may take at one instant before the engine stops honouring them
-/// (a policy that asks for a new decision every time it makes one would livelock).
-const RESCHED_LIMIT: u32 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -57,56 +54,38 @@ pub enum SimError {
     TaskRefused { task: String, sched: String, reason: String },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// An engine event. Scheduler events are the driver's own ([`Due::Event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ev {
     LoadSched(usize),
     UnloadSched(usize),
     TaskStart(usize),
-    TaskWake(usize, u64),
+    /// The end of a task's timed wait (timer [`Timer::Wake`]).
+    TaskWake(usize),
     JobRelease(usize),
     LoopFault(usize),
-    CpuTimer(u16, u64),
+    /// A CPU's burst completion or slice end (timer [`Timer::Cpu`]).
+    CpuTimer(u16),
     Tick,
-    SchedEvent(SchedId, u64, u64),
     Interrupt(usize),
     Unscheduled(u16),
-    /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up);
-    /// stale unless the generation is current.
-    Swap(u64),
-    /// A randres job's deadline (task, generation).
-    RandresDeadline(usize, u64),
+    /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up;
+    /// timer [`Timer::Swap`]).
+    Swap,
+    /// A randres job's deadline (timer [`Timer::Randres`]).
+    RandresDeadline(usize),
     /// A contained module's watchdog may fire now (see `Sim::contain`).
     Watchdog,
 }
 
-/// A queued event, ordered by time then by the order it was queued, packed into one
-/// `u128` so the heap compares a single integer.
-struct Entry {
-    key: u128,
-    ev: Ev,
-}
-
-impl Entry {
-    fn at(&self) -> Ns {
-        (self.key >> 64) as Ns
-    }
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key.cmp(&other.key)
-    }
+/// The keys of the engine's timers that are re-armed or cancelled: each names at most
+/// one queued event (see [`vassal_core::Timers`]); the other events are one-shot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Cpu(u16),
+    Wake(usize),
+    Swap,
+    Randres(usize),
 }
 
 #[derive(Default)]
@@ -117,12 +96,6 @@ struct Cpu {
     busy_until: Ns,
     /// Time up to which this CPU is accounted.
     settled: Ns,
-    gen: u64,
-    /// The time of the queued `CpuTimer` event carrying `gen`, if any.
-    timer_at: Option<Ns>,
-    pending_resched: bool,
-    resched_count: u32,
-    resched_at: Ns,
 }
 
 /// What the current burst of work is for, to record its response when it completes.
@@ -162,7 +135,6 @@ struct SimTask {
     remaining: Ns,
     work: Work,
     wait: Wait,
-    wake_gen: u64,
     phase: usize,
     timer_target: Option<Ns>,
     jobs: VecDeque<(Ns, Ns)>,
@@ -272,20 +244,17 @@ pub struct Sim {
     /// Shared so behaviour code can read the scenario while the engine changes.
     sc: Arc<Scenario>,
     now: Ns,
-    seq: u64,
-    queue: BinaryHeap<Reverse<Entry>>,
-    disp: Dispatcher,
+    /// The dispatcher, the engine's event queue (with the scheduler events) and the
+    /// pending decisions.
+    drv: Driver<Timer, Ev>,
     cpus: Vec<Cpu>,
     tasks: Vec<SimTask>,
     sched_ids: Vec<Option<SchedId>>,
-    sched_events: BTreeMap<(SchedId, u64), u64>,
-    next_event_gen: u64,
     handlers: BTreeMap<u32, Vec<usize>>,
     task_index: BTreeMap<String, usize>,
     cpu_rngs: Vec<ChaCha8Rng>,
     irq_rngs: Vec<ChaCha8Rng>,
     tick: Ns,
-    effects: Vec<Effect>,
     metrics: Metrics,
     checks: bool,
     trace: Option<Trace>,
@@ -293,7 +262,6 @@ pub struct Sim {
     open: Vec<Option<(usize, Ns, String)>>,
     /// Main memory and the swap scheduler (scenarios with `[memory]`).
     swap: Option<Swapper>,
-    swap_gen: u64,
     /// The paper 004 §5 kernel event counts.
     kernel: Kernel,
     /// While tracing: each task's last recorded virtual times.
@@ -329,7 +297,6 @@ impl Sim {
                 remaining: 0,
                 work: Work::Plain,
                 wait: Wait::NotStarted,
-                wake_gen: 0,
                 phase: 0,
                 timer_target: None,
                 jobs: VecDeque::new(),
@@ -347,26 +314,20 @@ impl Sim {
         let metrics = Metrics::new(sc.machine.cpus, sc.tasks.iter().map(|t| t.name.clone()));
         let mut sim = Sim {
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            disp,
+            drv: Driver::new(disp),
             cpus: (0..n).map(|_| Cpu::default()).collect(),
             tasks,
             sched_ids: vec![None; sc.schedulers.len()],
-            sched_events: BTreeMap::new(),
-            next_event_gen: 0,
             handlers,
             task_index,
             cpu_rngs: (0..n).map(|c| rng_for(sc.seed, 2, c as u64)).collect(),
             irq_rngs: (0..sc.interrupts.len()).map(|k| rng_for(sc.seed, 3, k as u64)).collect(),
             tick,
-            effects: Vec::new(),
             metrics,
             checks: false,
             trace: None,
             open: vec![None; n],
             swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
-            swap_gen: 0,
             kernel: Kernel::new(sc.tasks.len()),
             vt_last: Vec::new(),
             watchdog_at: None,
@@ -391,7 +352,7 @@ impl Sim {
     fn sample_virtual_times(&mut self) {
         let Some(trace) = &mut self.trace else { return };
         for (i, t) in self.tasks.iter().enumerate() {
-            let vt = self.disp.virtual_time(t.id);
+            let vt = self.drv.disp.virtual_time(t.id);
             if vt != self.vt_last[i] {
                 if let Some(v) = vt {
                     trace.vtimes.push(VtSample { at: self.now, task: i, actual: v.actual, effective: v.effective });
@@ -424,12 +385,20 @@ impl Sim {
         self.open[c] = next.map(|(t, by)| (t, now, by.to_string()));
     }
 
+    /// Queues a one-shot event (none past the horizon).
     fn push(&mut self, at: Ns, ev: Ev) {
-        if at > self.sc.until {
-            return;
+        if at <= self.sc.until {
+            self.drv.add_timer(at, ev);
         }
-        self.seq += 1;
-        self.queue.push(Reverse(Entry { key: (at as u128) << 64 | self.seq as u128, ev }));
+    }
+
+    /// Arms timer `key` at `at`, replacing its queued event (past the horizon: cancels it).
+    fn set_timer(&mut self, at: Ns, key: Timer, ev: Ev) {
+        if at <= self.sc.until {
+            self.drv.set_timer(at, key, ev);
+        } else {
+            self.drv.cancel_timer(key);
+        }
     }
 
     /// Rounds a timer expiry up to the clock's resolution.
@@ -480,10 +449,13 @@ impl Sim {
     /// Runs to the horizon; returns the report and the trace (empty unless
     /// [`Sim::record_trace`] was called).
     pub fn run_traced(mut self) -> Result<(Report, Trace), SimError> {
-        while let Some(Reverse(e)) = self.queue.pop() {
-            self.now = e.at();
+        while let Some((at, due)) = self.drv.pop_due(Ns::MAX) {
+            self.now = at;
             self.metrics.events += 1;
-            self.handle(e.ev);
+            match due {
+                Due::Event { sched, token } => driver::fire(&mut self, at, sched, token),
+                Due::Timer(ev) => self.handle(ev),
+            }
             self.flush();
             if self.trace.is_some() {
                 self.sample_virtual_times();
@@ -509,9 +481,9 @@ impl Sim {
 
     /// The engine's invariants (beyond the dispatcher's own).
     pub fn check(&self) -> Result<(), String> {
-        self.disp.check_invariants()?;
+        self.drv.disp.check_invariants()?;
         for (c, cpu) in self.cpus.iter().enumerate() {
-            let d = self.disp.running(CpuId(c as u16)).map(|t| t.0 as usize);
+            let d = self.drv.disp.running(CpuId(c as u16)).map(|t| t.0 as usize);
             if d != cpu.current {
                 return Err(format!("cpu{c}: engine runs {:?}, dispatcher says {:?}", cpu.current, d));
             }
@@ -521,7 +493,7 @@ impl Sim {
             }
         }
         for (i, t) in self.tasks.iter().enumerate() {
-            let st = self.disp.state(t.id);
+            let st = self.drv.disp.state(t.id);
             let waiting = !matches!(t.wait, Wait::None);
             if st.is_runnable() == waiting && !matches!(t.wait, Wait::Exited) {
                 return Err(format!("task {} is {st:?} but the engine has it waiting for {:?}", self.sc.tasks[i].name, t.wait));
@@ -562,7 +534,7 @@ impl Sim {
                     t.remaining = t.remaining.saturating_sub(ran);
                 }
                 self.metrics.ran(i, c, ran);
-                self.disp.account(now, t.id, CpuId(c as u16), ran);
+                self.drv.disp.account(now, t.id, CpuId(c as u16), ran);
             }
         }
     }
@@ -586,24 +558,27 @@ impl Sim {
             }
         };
         let at = (at != FOREVER).then_some(at);
-        if at == cpu.timer_at {
+        let key = Timer::Cpu(c as u16);
+        if at == self.drv.timer_at(key) {
             return; // the queued timer is still right
         }
-        cpu.gen += 1;
-        cpu.timer_at = at;
-        let gen = cpu.gen;
-        if let Some(at) = at {
-            self.push(at, Ev::CpuTimer(c as u16, gen));
+        match at {
+            Some(at) => self.set_timer(at, key, Ev::CpuTimer(c as u16)),
+            None => self.drv.cancel_timer(key),
         }
     }
 
     // ----- decisions -----
 
+    /// A decision on CPU `c` (through the driver: accounted first, then [`Sim::dispatched`]).
     fn schedule(&mut self, c: usize, why: Preempt) {
-        self.settle(c);
+        driver::decide(self, self.now, CpuId(c as u16), why);
+    }
+
+    /// The dispatcher decided `d` on CPU `c`.
+    fn dispatched(&mut self, c: usize, d: Option<Dispatched>) {
         // `current` stays the task this CPU switches from, for start()'s switch cost.
         let prev = self.cpus[c].current;
-        let d = self.disp.schedule(self.now, CpuId(c as u16), why);
         if let Some(p) = prev.filter(|&p| d.map(|d| d.task) != Some(self.tasks[p].id)) {
             self.metrics.runnable(p, self.now);
         }
@@ -631,7 +606,7 @@ impl Sim {
         self.kernel.dispatches += 1;
         let slice_end = d.slice.map(|s| self.quantise(now.saturating_add(s)));
         if self.trace.is_some() {
-            let by = self.disp.sched_name(d.by).unwrap_or("?").to_string();
+            let by = self.drv.disp.sched_name(d.by).unwrap_or("?").to_string();
             self.slice(c, Some((i, &by)));
         }
         let cpu = &mut self.cpus[c];
@@ -647,46 +622,9 @@ impl Sim {
     }
 
     /// Applies the effects policies asked for and makes every pending decision, until
-    /// nothing is left to do at this instant.
+    /// nothing is left to do at this instant (the driver's settle).
     fn flush(&mut self) {
-        loop {
-            let mut effects = std::mem::take(&mut self.effects);
-            self.disp.drain_effects(&mut effects);
-            for e in effects.drain(..) {
-                match e {
-                    Effect::Resched(cpu) => {
-                        if let Some(c) = self.cpus.get_mut(cpu.0 as usize) {
-                            c.pending_resched = true;
-                        }
-                    }
-                    Effect::SetEvent { sched, token, at } => {
-                        self.next_event_gen += 1;
-                        let gen = self.next_event_gen;
-                        self.sched_events.insert((sched, token), gen);
-                        let at = self.quantise(at.max(self.now));
-                        self.push(at, Ev::SchedEvent(sched, token, gen));
-                    }
-                    Effect::CancelEvent { sched, token } => {
-                        self.sched_events.remove(&(sched, token));
-                    }
-                }
-            }
-            self.effects = effects;
-            let Some(c) = self.cpus.iter().position(|c| c.pending_resched) else { break };
-            self.cpus[c].pending_resched = false;
-            let cpu = &mut self.cpus[c];
-            if cpu.resched_at != self.now {
-                cpu.resched_at = self.now;
-                cpu.resched_count = 0;
-            }
-            cpu.resched_count += 1;
-            if cpu.resched_count == RESCHED_LIMIT {
-                self.metrics.note(self.now, format!("cpu{c}: over {RESCHED_LIMIT} reschedules at one instant; ignoring more"));
-            }
-            if cpu.resched_count < RESCHED_LIMIT {
-                self.schedule(c, Preempt::Resched);
-            }
-        }
+        driver::settle(self, self.now);
     }
 
     // ----- events -----
@@ -703,19 +641,15 @@ impl Sim {
                 self.swap_start(i);
                 self.resume(i);
             }
-            Ev::TaskWake(i, gen) => {
-                if self.tasks[i].wake_gen == gen && matches!(self.tasks[i].wait, Wait::Timer { .. }) {
+            Ev::TaskWake(i) => {
+                if matches!(self.tasks[i].wait, Wait::Timer { .. }) {
                     self.resume(i);
                 }
             }
             Ev::JobRelease(i) => self.release_job(i),
             Ev::LoopFault(i) => self.loop_fault(i),
-            Ev::CpuTimer(c, gen) => {
+            Ev::CpuTimer(c) => {
                 let c = c as usize;
-                if self.cpus[c].gen != gen {
-                    return;
-                }
-                self.cpus[c].timer_at = None;
                 self.settle(c);
                 let Some(i) = self.cpus[c].current else { return };
                 if self.tasks[i].remaining == 0 {
@@ -729,23 +663,13 @@ impl Sim {
             Ev::Tick => {
                 for c in 0..self.cpus.len() {
                     self.settle(c);
-                    self.disp.tick(self.now, CpuId(c as u16));
+                    self.drv.disp.tick(self.now, CpuId(c as u16));
                 }
                 self.push(self.now.saturating_add(self.tick), Ev::Tick);
             }
-            Ev::SchedEvent(sched, token, gen) => {
-                if self.sched_events.get(&(sched, token)) == Some(&gen) {
-                    self.sched_events.remove(&(sched, token));
-                    if let Some(t) = &mut self.trace {
-                        t.events.push((self.now, self.disp.sched_name(sched).unwrap_or("?").to_string()));
-                    }
-                    self.settle_all();
-                    self.disp.fire_event(self.now, sched, token);
-                }
-            }
             Ev::Interrupt(k) => self.interrupt(k),
-            Ev::Swap(gen) => self.swap_event(gen),
-            Ev::RandresDeadline(i, gen) => self.randres_deadline(i, gen),
+            Ev::Swap => self.swap_event(),
+            Ev::RandresDeadline(i) => self.randres_deadline(i),
             Ev::Watchdog => self.watchdog_at = None,
             Ev::Unscheduled(c) => {
                 let c = c as usize;
@@ -764,7 +688,7 @@ impl Sim {
     /// Containment of loaded modules (issue 8): ejects the ones that failed, and queues a
     /// check for when a watchdog could next fire.
     fn contain(&mut self) {
-        let ejected = self.disp.eject_failed(self.now);
+        let ejected = self.drv.disp.eject_failed(self.now);
         if !ejected.is_empty() {
             for e in &ejected {
                 let to: Vec<String> = e
@@ -772,7 +696,7 @@ impl Sim {
                     .iter()
                     .map(|(t, s)| {
                         let task = self.sc.tasks.get(t.0 as usize).map_or_else(|| t.to_string(), |x| x.name.clone());
-                        format!("{task} -> {}", self.disp.sched_name(*s).unwrap_or("?"))
+                        format!("{task} -> {}", self.drv.disp.sched_name(*s).unwrap_or("?"))
                     })
                     .collect();
                 self.metrics.note(self.now, format!("scheduler '{}' ejected: {} [{}]", e.name, e.reason, to.join(", ")));
@@ -783,7 +707,7 @@ impl Sim {
             self.settle_all();
             self.flush();
         }
-        if let Some(at) = self.disp.next_watchdog() {
+        if let Some(at) = self.drv.disp.next_watchdog() {
             if self.watchdog_at.is_none_or(|w| at < w) {
                 self.watchdog_at = Some(at);
                 self.push(at, Ev::Watchdog);
@@ -805,7 +729,7 @@ impl Sim {
         };
         // Schedulers listed earlier in the file sit higher.
         let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
-        match self.disp.register(&spec.name, policy, spec.usage, pos) {
+        match self.drv.disp.register(&spec.name, policy, spec.usage, pos) {
             Ok(id) => {
                 self.sched_ids[k] = Some(id);
                 self.metrics.note(self.now, format!("scheduler '{}' ({}) loaded", spec.name, spec.policy.kind));
@@ -824,10 +748,10 @@ impl Sim {
         };
         let (usage, what) = (module.usage, format!("{} ({})", module.policy.kind(), module.label));
         let pos = (0..k).rev().find_map(|j| self.sched_ids[j]).map_or(Position::Top, Position::Below);
-        match self.disp.register(&spec.name, module.policy, usage, pos) {
+        match self.drv.disp.register(&spec.name, module.policy, usage, pos) {
             Ok(id) => {
                 let guard = vassal_core::Containment { watchdog: Some(vassal_module::DEFAULT_WATCHDOG) };
-                self.disp.contain(id, guard).expect("a scheduler just registered above the default");
+                self.drv.disp.contain(id, guard).expect("a scheduler just registered above the default");
                 self.sched_ids[k] = Some(id);
                 self.metrics.note(self.now, format!("scheduler '{}' loaded from module {what}, {}", spec.name, usage.describe()));
             }
@@ -841,11 +765,11 @@ impl Sim {
         if crate::modules::module_path(&self.sc.schedulers[k].policy).is_some() {
             // A module's tasks go to the scheduler below it (issue 8).
             let name = self.sc.schedulers[k].name.clone();
-            match self.disp.unregister_to_below(self.now, id) {
+            match self.drv.disp.unregister_to_below(self.now, id) {
                 Ok(moved) => {
                     let to: Vec<String> = moved
                         .iter()
-                        .map(|(t, s)| format!("{} -> {}", self.sc.tasks[t.0 as usize].name, self.disp.sched_name(*s).unwrap_or("?")))
+                        .map(|(t, s)| format!("{} -> {}", self.sc.tasks[t.0 as usize].name, self.drv.disp.sched_name(*s).unwrap_or("?")))
                         .collect();
                     self.metrics.note(self.now, format!("module scheduler '{name}' unloaded [{}]", to.join(", ")))
                 }
@@ -853,7 +777,7 @@ impl Sim {
             }
             return;
         }
-        match self.disp.unregister(self.now, id) {
+        match self.drv.disp.unregister(self.now, id) {
             Ok(moved) => self.metrics.note(
                 self.now,
                 format!("scheduler '{}' unloaded; {} task(s) returned to the default", self.sc.schedulers[k].name, moved.len()),
@@ -873,15 +797,15 @@ impl Sim {
         let from = Sender { task: Some(self.tasks[i].id), uid: spec.uid };
         let subject = self.tasks[about.unwrap_or(i)].id;
         let sched = match req {
-            Request::Leave => self.disp.owner(self.tasks[i].id),
-            _ => self.disp.lookup(to),
+            Request::Leave => self.drv.disp.owner(self.tasks[i].id),
+            _ => self.drv.disp.lookup(to),
         };
         self.metrics.tasks[i].messages += 1;
         self.kernel.syscalls += 1;
         let reply = match sched {
             Some(s) => {
                 self.settle_all();
-                self.disp.message(self.now, s, from, subject, &req)
+                self.drv.disp.message(self.now, s, from, subject, &req)
             }
             None => Reply::refused(format!("no scheduler named '{to}' is loaded")),
         };
@@ -1141,7 +1065,7 @@ impl Sim {
                 self.mark(i, MarkKind::Wake);
                 // Policies compare the waking task with the running ones: settle accounts first.
                 self.settle_all();
-                self.disp.wake(self.now, self.tasks[i].id, wake);
+                self.drv.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
                 self.swap_ready(i);
             }
@@ -1155,12 +1079,9 @@ impl Sim {
 
     fn arm_wait(&mut self, i: usize, voluntary: bool, wake_at: Option<Ns>) {
         if let Some(at) = wake_at {
-            let t = &mut self.tasks[i];
-            t.wait = Wait::Timer { voluntary };
-            t.wake_gen += 1;
-            let gen = t.wake_gen;
+            self.tasks[i].wait = Wait::Timer { voluntary };
             let at = if voluntary { self.quantise(at) } else { at };
-            self.push(at.max(self.now), Ev::TaskWake(i, gen));
+            self.set_timer(at.max(self.now), Timer::Wake(i), Ev::TaskWake(i));
         }
     }
 
@@ -1177,7 +1098,7 @@ impl Sim {
                 // A hand-off target finishes the giver's slice (Go!'s directed yield
                 // donates the rest of the time slice).
                 let inherited = self.cpus[c].slice_end;
-                self.disp.block(self.now, self.tasks[i].id, Block { voluntary });
+                self.drv.disp.block(self.now, self.tasks[i].id, Block { voluntary });
                 self.kernel.syscalls += u64::from(voluntary);
                 self.swap_blocked(i);
                 self.metrics.blocked(i);
@@ -1187,7 +1108,7 @@ impl Sim {
                 if wake_at.is_some() {
                     self.arm_wait(i, voluntary, wake_at);
                 }
-                let handed = hand_off.and_then(|h| self.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
+                let handed = hand_off.and_then(|h| self.drv.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
                 match handed {
                     Some(d) => {
                         self.start(c, d);
@@ -1206,9 +1127,9 @@ impl Sim {
         self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
         t.wait = Wait::Exited;
-        t.wake_gen += 1;
         let id = t.id;
-        if let Some(c) = self.disp.remove_task(self.now, id) {
+        self.drv.cancel_timer(Timer::Wake(i));
+        if let Some(c) = self.drv.disp.remove_task(self.now, id) {
             let c = c.0 as usize;
             self.cpus[c].current = None;
             self.slice(c, None);
@@ -1264,7 +1185,7 @@ impl Sim {
         t.remaining = FOREVER;
         t.work = Work::Plain;
         self.metrics.note(self.now, format!("{name}: fault — now an infinite loop"));
-        match self.disp.state(self.tasks[i].id) {
+        match self.drv.disp.state(self.tasks[i].id) {
             TaskState::Running(c) => {
                 self.settle(c.0 as usize);
                 self.tasks[i].remaining = FOREVER;
@@ -1274,7 +1195,7 @@ impl Sim {
                 if matches!(self.tasks[i].wait, Wait::NotStarted) {
                     return; // it starts looping when it starts
                 }
-                self.tasks[i].wake_gen += 1;
+                self.drv.cancel_timer(Timer::Wake(i));
                 self.resume_with(i, Step::Run, Wake { voluntary: true, ..Wake::default() });
             }
             _ => {}
@@ -1285,7 +1206,7 @@ impl Sim {
 
     fn report(mut self) -> Report {
         let mut log = std::mem::take(&mut self.metrics.log);
-        for (sched, l) in self.disp.drain_logs() {
+        for (sched, l) in self.drv.disp.drain_logs() {
             let who = l.task.and_then(|t| self.sc.tasks.get(t.0 as usize)).map_or(String::new(), |t| format!("{}: ", t.name));
             log.push((l.at, format!("[{sched}] {who}{}", l.text)));
         }
@@ -1299,7 +1220,7 @@ impl Sim {
             .zip(&self.tasks)
             .map(|(m, t)| TaskReport {
                 name: m.name.clone(),
-                scheduler: self.disp.owner(t.id).and_then(|s| self.disp.sched_name(s)).unwrap_or("-").to_string(),
+                scheduler: self.drv.disp.owner(t.id).and_then(|s| self.drv.disp.sched_name(s)).unwrap_or("-").to_string(),
                 cpu_ns: m.cpu_ns,
                 share: if total > 0 { m.cpu_ns as f64 / total as f64 } else { 0.0 },
                 cpu_frac: if elapsed > 0 { m.cpu_ns as f64 / elapsed as f64 } else { 0.0 },
@@ -1328,8 +1249,9 @@ impl Sim {
                 utilisation: if elapsed > 0 { m.busy_ns as f64 / elapsed as f64 } else { 0.0 },
             })
             .collect();
-        let stats = self.disp.stats();
+        let stats = self.drv.disp.stats();
         let schedulers = self
+            .drv
             .disp
             .schedulers()
             .into_iter()
@@ -1343,7 +1265,9 @@ impl Sim {
             cpus,
             schedulers,
             totals: Totals {
-                events: self.metrics.events,
+                // Every event queued up to the horizon, the superseded ones too (the
+                // engine used to pop those and discard them by a generation count).
+                events: self.metrics.events + self.drv.dropped_timers(),
                 decisions: stats.decisions,
                 picks: stats.picks,
                 idle_decisions: stats.idle,
@@ -1357,6 +1281,34 @@ impl Sim {
             kernel: self.kernel_report(),
             log: log.iter().map(|(at, text)| crate::metrics::log_line(*at, text)).collect(),
         }
+    }
+}
+
+/// The engine's side of the driver: accounting, dispatching, its clock.
+impl Hooks<Timer, Ev> for Sim {
+    fn driver(&mut self) -> &mut Driver<Timer, Ev> {
+        &mut self.drv
+    }
+    fn account(&mut self, _now: Ns, cpu: CpuId) {
+        self.settle(cpu.0 as usize);
+    }
+    fn dispatched(&mut self, _now: Ns, cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        Sim::dispatched(self, cpu.0 as usize, d);
+    }
+    /// Under the tick clock, scheduler events are rounded up to the next tick; none past
+    /// the horizon is queued.
+    fn event_time(&mut self, now: Ns, at: Ns) -> Option<Ns> {
+        let at = self.quantise(at.max(now));
+        (at <= self.sc.until).then_some(at)
+    }
+    fn before_event(&mut self, now: Ns, sched: SchedId) {
+        if let Some(t) = &mut self.trace {
+            t.events.push((now, self.drv.disp.sched_name(sched).unwrap_or("?").to_string()));
+        }
+        self.settle_all();
+    }
+    fn livelock(&mut self, now: Ns, cpu: CpuId) {
+        self.metrics.note(now, format!("{cpu}: over {RESCHED_LIMIT} reschedules at one instant; ignoring more"));
     }
 }
 

@@ -301,6 +301,8 @@ pub fn pinned(d: &mut Dispatcher, cpus: &[u16]) -> TaskId {
     d.add_task(0, TaskParams::new(), cpus.iter().map(|&c| CpuId(c)).collect(), None, true)
 }
 
+/// What the dispatcher asked the mechanism for since the last call (the dispatcher tests
+/// check the effects themselves; a mechanism carries them out through `vassal_core::driver`).
 pub fn effects(d: &mut Dispatcher) -> Vec<Effect> {
     let mut out = Vec::new();
     d.drain_effects(&mut out);

@@ -1,11 +1,13 @@
 //! A tiny mechanism for the policy tests: drives a real `vassal_core::Dispatcher` in
-//! virtual time, carries out its effects, expires slices, and logs every dispatch.
+//! virtual time through the `vassal_core::driver` (which carries out its effects),
+//! expires slices, and logs every dispatch. Scheduler events are armed but never fired.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
+use vassal_core::driver::{self, Hooks};
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatched, Dispatcher, Effect, HierarchyConfig, Ns, Policy, Position, Preempt, Reply, Request, SchedId, Sender,
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Policy, Position, Preempt, Reply, Request, SchedId, Sender,
     TaskId, TaskParams, TaskState, Usage, Wake, MS,
 };
 
@@ -25,7 +27,7 @@ struct Run {
 }
 
 pub struct Sim {
-    pub d: Dispatcher,
+    pub drv: Driver,
     pub now: Ns,
     pub log: Vec<Disp>,
     /// Every `Effect::Resched` the mechanism carried out, with its time.
@@ -33,7 +35,6 @@ pub struct Sim {
     /// Dispatches of a task that the mechanism saw running on another CPU.
     pub overlaps: usize,
     running: Vec<Option<Run>>,
-    effects: Vec<Effect>,
 }
 
 pub fn params(kv: &[(&str, i64)]) -> TaskParams {
@@ -51,45 +52,44 @@ pub fn ms(n: u64) -> Ns {
 impl Sim {
     pub fn new(ncpus: u16, policy: Box<dyn Policy>) -> Sim {
         Sim {
-            d: Dispatcher::new(ncpus, "default", policy, HierarchyConfig::default()),
+            drv: Driver::new(Dispatcher::new(ncpus, "default", policy, HierarchyConfig::default())),
             now: 0,
             log: Vec::new(),
             rescheds: Vec::new(),
             overlaps: 0,
             running: (0..ncpus).map(|_| None).collect(),
-            effects: Vec::new(),
         }
     }
 
     /// Registers `policy` on top of the hierarchy.
     pub fn register_top(&mut self, name: &str, policy: Box<dyn Policy>) -> SchedId {
-        self.d.register(name, policy, Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap()
+        self.drv.disp.register(name, policy, Usage::Reserved { cpu_ppm: 100_000 }, Position::Top).unwrap()
     }
 
     pub fn unregister(&mut self, id: SchedId) {
-        self.d.unregister(self.now, id).unwrap();
+        self.drv.disp.unregister(self.now, id).unwrap();
         self.settle();
     }
 
     /// Adds a task (runnable or blocked) with these parameters and affinity (None: all).
     pub fn add(&mut self, kv: &[(&str, i64)], affinity: Option<CpuSet>, runnable: bool) -> TaskId {
-        let aff = affinity.unwrap_or(CpuSet::first(self.d.ncpus()));
-        let task = self.d.add_task(self.now, params(kv), aff, None, runnable);
+        let aff = affinity.unwrap_or(CpuSet::first(self.drv.disp.ncpus()));
+        let task = self.drv.disp.add_task(self.now, params(kv), aff, None, runnable);
         self.settle();
         task
     }
 
     /// Sends `req` about `task` to `sched`, as root.
     pub fn message(&mut self, sched: SchedId, task: TaskId, req: Request) -> Reply {
-        let r = self.d.message(self.now, sched, Sender::ROOT, task, &req);
+        let r = self.drv.disp.message(self.now, sched, Sender::ROOT, task, &req);
         self.settle();
         r
     }
 
-    fn account(&mut self, cpu: CpuId) {
+    fn account_cpu(&mut self, cpu: CpuId) {
         if let Some(run) = &self.running[cpu.0 as usize] {
             let (task, ran) = (run.task, self.now - run.since);
-            self.d.account(self.now, task, cpu, ran);
+            self.drv.disp.account(self.now, task, cpu, ran);
         }
     }
 
@@ -111,42 +111,24 @@ impl Sim {
             Run { task: d.task, since: self.now, until: d.slice.map(|s| self.now + s) }
         });
         // Cross-check the dispatcher's invariants and our own view of it.
-        self.d.check_invariants().unwrap();
-        for c in 0..self.d.ncpus() {
+        self.drv.disp.check_invariants().unwrap();
+        for c in 0..self.drv.disp.ncpus() {
             let c = CpuId(c);
-            assert_eq!(self.d.running(c), self.running[c.0 as usize].as_ref().map(|r| r.task), "{c}");
+            assert_eq!(self.drv.disp.running(c), self.running[c.0 as usize].as_ref().map(|r| r.task), "{c}");
         }
     }
 
     /// A decision point on `cpu`.
     pub fn schedule(&mut self, cpu: CpuId, why: Preempt) {
-        self.account(cpu);
-        let d = self.d.schedule(self.now, cpu, why);
-        if let Some(d) = d {
-            assert!(self.d.state(d.task) == TaskState::Running(cpu));
+        if let Some(d) = driver::decide(self, self.now, cpu, why) {
+            assert!(self.drv.disp.state(d.task) == TaskState::Running(cpu));
         }
-        self.started(cpu, d);
         self.settle();
     }
 
     /// Carries out the effects policies asked for until there are none.
     pub fn settle(&mut self) {
-        loop {
-            let mut fx = std::mem::take(&mut self.effects);
-            self.d.drain_effects(&mut fx);
-            if fx.is_empty() {
-                self.effects = fx;
-                return;
-            }
-            for e in fx.drain(..) {
-                if let Effect::Resched(cpu) = e {
-                    self.rescheds.push((self.now, cpu));
-                    self.account(cpu);
-                    let d = self.d.schedule(self.now, cpu, Preempt::Resched);
-                    self.started(cpu, d);
-                }
-            }
-        }
+        driver::settle(self, self.now);
     }
 
     /// Advances virtual time to `until`, expiring slices on the way (lowest CPU first
@@ -166,10 +148,10 @@ impl Sim {
     }
 
     pub fn block(&mut self, task: TaskId) {
-        if let TaskState::Running(cpu) = self.d.state(task) {
-            self.account(cpu);
+        if let TaskState::Running(cpu) = self.drv.disp.state(task) {
+            self.account_cpu(cpu);
         }
-        if let Some(cpu) = self.d.block(self.now, task, Block { voluntary: true }) {
+        if let Some(cpu) = self.drv.disp.block(self.now, task, Block { voluntary: true }) {
             self.running[cpu.0 as usize] = None;
             self.schedule(cpu, Preempt::Resched);
         }
@@ -178,25 +160,25 @@ impl Sim {
 
     /// Blocks `task` (running on some CPU) and hands that CPU off to `target`.
     pub fn block_hand_off(&mut self, task: TaskId, target: TaskId) {
-        let TaskState::Running(cpu) = self.d.state(task) else { panic!("{task} is not running") };
-        self.account(cpu);
-        assert_eq!(self.d.block(self.now, task, Block { voluntary: true }), Some(cpu));
+        let TaskState::Running(cpu) = self.drv.disp.state(task) else { panic!("{task} is not running") };
+        self.account_cpu(cpu);
+        assert_eq!(self.drv.disp.block(self.now, task, Block { voluntary: true }), Some(cpu));
         self.running[cpu.0 as usize] = None;
-        let d = self.d.hand_off(self.now, cpu, target).expect("hand-off accepted");
+        let d = self.drv.disp.hand_off(self.now, cpu, target).expect("hand-off accepted");
         self.started(cpu, Some(d));
         self.settle();
     }
 
     pub fn wake(&mut self, task: TaskId) {
-        assert!(self.d.wake(self.now, task, Wake { voluntary: true, ..Wake::default() }));
+        assert!(self.drv.disp.wake(self.now, task, Wake { voluntary: true, ..Wake::default() }));
         self.settle();
     }
 
     pub fn exit(&mut self, task: TaskId) {
-        if let TaskState::Running(cpu) = self.d.state(task) {
-            self.account(cpu);
+        if let TaskState::Running(cpu) = self.drv.disp.state(task) {
+            self.account_cpu(cpu);
         }
-        if let Some(cpu) = self.d.remove_task(self.now, task) {
+        if let Some(cpu) = self.drv.disp.remove_task(self.now, task) {
             self.running[cpu.0 as usize] = None;
             self.schedule(cpu, Preempt::Resched);
         }
@@ -223,7 +205,22 @@ impl Sim {
     }
 
     pub fn running_task(&self, cpu: u16) -> Option<TaskId> {
-        self.d.running(CpuId(cpu))
+        self.drv.disp.running(CpuId(cpu))
+    }
+}
+
+impl Hooks for Sim {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+    fn account(&mut self, _now: Ns, cpu: CpuId) {
+        self.account_cpu(cpu);
+    }
+    fn dispatched(&mut self, _now: Ns, cpu: CpuId, _why: Preempt, _before: Option<TaskId>, d: Option<Dispatched>) {
+        self.started(cpu, d);
+    }
+    fn rescheduling(&mut self, now: Ns, cpu: CpuId, _why: Preempt) {
+        self.rescheds.push((now, cpu));
     }
 }
 
@@ -312,7 +309,7 @@ pub struct RandomOps<'a> {
 /// end, no task dispatched on two CPUs.
 pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
     let mut rnd = xorshift(ops.seed);
-    let sched = s.d.default_sched();
+    let sched = s.drv.disp.default_sched();
     let affs = [CpuSet::first(3), CpuSet(0b001), CpuSet(0b110), CpuSet(0b011)];
     let mut tasks: Vec<(TaskId, CpuSet)> = Vec::new();
     for i in 0..12 {
@@ -325,13 +322,13 @@ pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
             0..=3 => (ops.advance)(s, &mut rnd),
             4 | 5 => {
                 let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t).is_runnable() {
+                if s.drv.disp.state(t).is_runnable() {
                     s.block(t);
                 }
             }
             6 | 7 => {
                 let t = tasks[rnd(tasks.len() as u64) as usize].0;
-                if s.d.state(t) == TaskState::Blocked {
+                if s.drv.disp.state(t) == TaskState::Blocked {
                     s.wake(t);
                 }
             }
@@ -349,10 +346,10 @@ pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
                 tasks.push((s.add(&[], Some(aff), true), aff));
             }
         }
-        assert_eq!(s.d.stats().refused, 0, "step {step}: a decision was refused");
+        assert_eq!(s.drv.disp.stats().refused, 0, "step {step}: a decision was refused");
         for c in 0..3u16 {
             if s.running_task(c).is_none() {
-                let waiting = tasks.iter().find(|(t, aff)| s.d.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
+                let waiting = tasks.iter().find(|(t, aff)| s.drv.disp.state(*t) == TaskState::Runnable && aff.contains(CpuId(c)));
                 assert!(waiting.is_none(), "step {step}: cpu{c} idle while {waiting:?} waits");
             }
         }

@@ -17,7 +17,7 @@
 use rand::Rng;
 use vassal_core::{Block, Ns, Request, TaskState};
 
-use super::{Ev, Sim, Step, Work};
+use super::{Ev, Sim, Step, Timer, Work};
 use crate::model::{Behaviour, ErrorMode, Randres};
 
 /// One window: the job's start s_i, actual need a_i, prediction t_i and deadline d_i.
@@ -47,8 +47,6 @@ pub(super) struct State {
     prev: Option<Ns>,
     window: Window,
     stage: Stage,
-    /// Generation of the deadline event of the job in progress.
-    gen: u64,
 }
 
 /// Draws window i after the previous deadline `prev` (§5.1).
@@ -106,9 +104,7 @@ impl Sim {
                     t.remaining = w.need;
                     t.work = Work::Job { release: w.start, deadline: w.deadline };
                     t.randres.stage = Stage::Job;
-                    t.randres.gen += 1;
-                    let gen = t.randres.gen;
-                    self.push(w.deadline, Ev::RandresDeadline(i, gen));
+                    self.set_timer(w.deadline, Timer::Randres(i), Ev::RandresDeadline(i));
                     return Step::Run;
                 }
                 Stage::Job => {
@@ -124,15 +120,15 @@ impl Sim {
         }
     }
 
-    /// d_i of randres task `i`'s job (event generation `gen`): a job still short of its
-    /// need misses its deadline and stops.
-    pub(super) fn randres_deadline(&mut self, i: usize, gen: u64) {
+    /// d_i of randres task `i`'s job: a job still short of its need misses its deadline
+    /// and stops.
+    pub(super) fn randres_deadline(&mut self, i: usize) {
         let t = &self.tasks[i];
-        if t.randres.gen != gen || t.randres.stage != Stage::Job || !matches!(t.work, Work::Job { .. }) {
+        if t.randres.stage != Stage::Job || !matches!(t.work, Work::Job { .. }) {
             return; // done already
         }
         let id = t.id;
-        match self.disp.state(id) {
+        match self.drv.disp.state(id) {
             TaskState::Running(c) => {
                 let c = c.0 as usize;
                 self.settle(c);
@@ -154,7 +150,7 @@ impl Sim {
                     Step::Run | Step::Yield => {} // the next job starts at once
                     Step::Block { voluntary, wake_at, .. } => {
                         self.settle_all();
-                        self.disp.block(self.now, id, Block { voluntary });
+                        self.drv.disp.block(self.now, id, Block { voluntary });
                         self.metrics.blocked(i);
                         self.mark(i, super::MarkKind::Block);
                         self.arm_wait(i, voluntary, wake_at);

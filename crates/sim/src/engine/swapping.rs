@@ -13,9 +13,9 @@
 //! may or may not get the CPU back). Transfers use one swap device, one at a time (the
 //! swap scheduler waits for each), so they never queue.
 
-use vassal_core::{Ns, SEC};
+use vassal_core::{CpuId, Ns, Preempt, SEC};
 
-use super::{Ev, MarkKind, Sim};
+use super::{Ev, MarkKind, Sim, Timer};
 use crate::report::{ImageReport, KernelReport};
 use crate::swap::{Activity, Done, ProcState, Step};
 
@@ -46,7 +46,7 @@ impl Sim {
         let now = self.now;
         let Some(sw) = &mut self.swap else { return };
         if !sw.start(i, now) {
-            self.disp.set_loaded(now, self.tasks[i].id, false);
+            self.drv.disp.set_loaded(now, self.tasks[i].id, false);
         }
     }
 
@@ -85,13 +85,11 @@ impl Sim {
 
     /// Queues the swap scheduler's next wake-up (replacing any queued one).
     fn swap_wake_at(&mut self, at: Ns) {
-        self.swap_gen += 1;
-        let gen = self.swap_gen;
-        self.push(at, Ev::Swap(gen));
+        self.set_timer(at, Timer::Swap, Ev::Swap);
     }
 
-    pub(super) fn swap_event(&mut self, gen: u64) {
-        if gen != self.swap_gen || self.swap.is_none() {
+    pub(super) fn swap_event(&mut self) {
+        if self.swap.is_none() {
             return;
         }
         // Idle time up to now is judged by the swap state before it changes.
@@ -101,7 +99,7 @@ impl Sim {
         if let Activity::Busy(_) = sw.activity() {
             match sw.finish(now) {
                 Some(Done::In(t)) => {
-                    self.disp.set_loaded(now, self.tasks[t].id, true);
+                    self.drv.disp.set_loaded(now, self.tasks[t].id, true);
                     self.mark(t, MarkKind::SwapIn);
                 }
                 Some(Done::Out { next: Some(until), .. }) => self.swap_wake_at(until),
@@ -121,12 +119,12 @@ impl Sim {
         if let Some(cpu) = self.cpus.first_mut() {
             cpu.busy_until = cpu.busy_until.max(now).saturating_add(cost);
             // When it sleeps again, the CPU scheduler decides anew.
-            cpu.pending_resched = true;
+            self.drv.request(CpuId(0), Preempt::Resched);
         }
         if matches!(self.swap.as_ref().map(|s| s.activity()), Some(Activity::Busy(_))) {
             return; // the next write of a cluster is under way
         }
-        let advice = self.disp.swap_advice();
+        let advice = self.drv.disp.swap_advice();
         let order: Option<Vec<usize>> = advice.as_ref().map(|a| a.ready.iter().map(|t| t.0 as usize).collect());
         let pinned: Vec<usize> = advice.map(|a| a.resident.iter().map(|t| t.0 as usize).collect()).unwrap_or_default();
         let Some(sw) = &mut self.swap else { return };
@@ -134,14 +132,14 @@ impl Sim {
             Step::In { until, .. } => self.swap_wake_at(until),
             Step::Out { tasks, until } => {
                 for t in tasks {
-                    self.disp.set_loaded(now, self.tasks[t].id, false);
+                    self.drv.disp.set_loaded(now, self.tasks[t].id, false);
                     self.mark(t, MarkKind::SwapOut);
                 }
                 self.swap_wake_at(until);
             }
             // V7: `runin` is woken by the clock once a second (and by `mfree`).
             Step::Sleep(Activity::Runin) => self.swap_wake_at((now / SEC + 1) * SEC),
-            Step::Sleep(_) => self.swap_gen += 1,
+            Step::Sleep(_) => self.drv.cancel_timer(Timer::Swap),
         }
     }
 
@@ -151,17 +149,17 @@ impl Sim {
         sw.check()?;
         for (i, t) in self.tasks.iter().enumerate() {
             let started = sw.imgs[i].state != ProcState::NotStarted;
-            let alive = started && self.disp.state(t.id) != vassal_core::TaskState::Dead;
-            if alive && self.disp.is_loaded(t.id) != sw.loaded(i) {
+            let alive = started && self.drv.disp.state(t.id) != vassal_core::TaskState::Dead;
+            if alive && self.drv.disp.is_loaded(t.id) != sw.loaded(i) {
                 return Err(format!(
                     "task {}: dispatcher loaded {} but swapper {}",
                     self.sc.tasks[i].name,
-                    self.disp.is_loaded(t.id),
+                    self.drv.disp.is_loaded(t.id),
                     sw.loaded(i)
                 ));
             }
             if alive && !sw.loaded(i) {
-                if let vassal_core::TaskState::Running(c) = self.disp.state(t.id) {
+                if let vassal_core::TaskState::Running(c) = self.drv.disp.state(t.id) {
                     return Err(format!("task {} runs on cpu{} while swapped out", self.sc.tasks[i].name, c.0));
                 }
             }
