@@ -14,11 +14,11 @@ use std::path::Path;
 
 use vassal_core::{Ns, MS};
 
-use crate::engine::Trace;
-use crate::model::Scenario;
-use crate::report::Report;
 use crate::repro::{Compare, ExperimentRun};
 use crate::svg::{self, colour, esc, fmt_ms, Range, Series};
+use vassal_sim::engine::Trace;
+use vassal_sim::model::Scenario;
+use vassal_sim::report::Report;
 
 /// The close-up window of a run: 300 ms is 30 mcu at BVT's default 10 ms mcu, the span
 /// of paper 001's Figures 1–4.

@@ -38,10 +38,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::report::Report;
 use crate::repro::{Expect, Row};
-use crate::scenario::parse_scenario;
 use crate::svg;
+use vassal_sim::report::Report;
+use vassal_sim::scenario::parse_scenario;
 
 /// The top-level keys a sweep reads; all others are the base scenario's.
 const SWEEP_KEYS: [&str; 7] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect"];
@@ -424,7 +424,7 @@ impl Sweep {
             sc.seed = s;
         }
         let seed = sc.seed;
-        crate::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
+        vassal_sim::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
     }
 
     /// Runs every variant once per seed on `jobs` threads (at least 1); `progress(done,

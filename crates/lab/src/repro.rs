@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::engine::Trace;
-use crate::model::Scenario;
-use crate::report::{Report, TaskReport};
-use crate::scenario::parse_scenario;
+use vassal_sim::engine::Trace;
+use vassal_sim::model::Scenario;
+use vassal_sim::report::{Report, TaskReport};
+use vassal_sim::scenario::parse_scenario;
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -437,7 +437,7 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
         return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots });
     }
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    let mut sim = crate::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut sim = vassal_sim::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
     if trace || expects.iter().any(|e| e.metric.starts_with("trace.")) {
         sim.record_trace();
     }

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use vassal_core::Ns;
 
-use crate::engine::Slice;
+use vassal_sim::engine::Slice;
 
 /// Distinct colours for tasks (Tableau 10), cycled by task index.
 const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
