@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_lab::repro::{find_experiments, run_experiment_full, Row};
+use vassal_lab::expect::Row;
+use vassal_lab::repro::{find_experiments, run_experiment_full};
 
 #[derive(Parser)]
 #[command(name = "vassal", version, about = "vassal: multi-policy CPU scheduling — simulator, paper reproductions, benchmarks")]

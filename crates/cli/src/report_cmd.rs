@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use vassal_lab::repro::ExperimentRun;
+use vassal_lab::expect::ExperimentRun;
 use vassal_sim::model::Scenario;
 use vassal_sim::Report;
 

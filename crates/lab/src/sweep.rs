@@ -38,10 +38,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::repro::{Expect, Row};
-use crate::svg;
 use vassal_sim::report::Report;
 use vassal_sim::scenario::parse_scenario;
+
+use crate::expect::{Expect, Row};
+use crate::fmt::num;
+use crate::metric::metric;
+use crate::svg;
 
 /// The top-level keys a sweep reads; all others are the base scenario's.
 const SWEEP_KEYS: [&str; 7] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect"];
@@ -102,13 +105,13 @@ pub struct Sweep {
 pub type Runs = Vec<Vec<Report>>;
 
 /// The mean of `metric` over a variant's runs.
-pub fn mean_metric(runs: &[Report], metric: &str) -> Result<f64, String> {
+pub fn mean_metric(runs: &[Report], path: &str) -> Result<f64, String> {
     if runs.is_empty() {
         return Err("no runs".into());
     }
     let mut sum = 0.0;
     for r in runs {
-        sum += crate::repro::metric(r, metric)?;
+        sum += metric(r, path)?;
     }
     Ok(sum / runs.len() as f64)
 }
@@ -571,7 +574,7 @@ impl Sweep {
 
     /// A metric's value for one run (variant `v`, seed number `s`).
     pub fn run_value(&self, m: &Metric, runs: &Runs, v: usize, s: usize) -> Result<f64, String> {
-        self.eval(&m.expr, runs, &|p| crate::repro::metric(&runs[v][s], p))
+        self.eval(&m.expr, runs, &|p| metric(&runs[v][s], p))
             .map_err(|e| format!("{}: metrics '{}' for variant {}: {e}", self.file, m.name, self.variants[v].name))
     }
 
@@ -639,14 +642,12 @@ impl Sweep {
                 let _ = writeln!(o, "  {:<first$} {}", xa.name, cells.join(" "));
             }
             for (label, vs) in &curves {
-                let cells = vs
-                    .iter()
-                    .map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x))))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let cells =
+                    vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", num(x)))).collect::<Result<Vec<_>, _>>()?;
                 let _ = writeln!(o, "  {label:<first$} {}", cells.join(" "));
             }
             for k in self.variants.len() - self.runs.len()..self.variants.len() {
-                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, crate::html::num(self.variant_value(m, runs, k)?));
+                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, num(self.variant_value(m, runs, k)?));
             }
             o.push('\n');
         }
@@ -893,7 +894,7 @@ fn set_in(here: &mut toml::Value, steps: &[&str], k: usize, value: &toml::Value)
 
 /// An expression: numbers, `+ - * /`, unary minus, parentheses, `METRIC` (of the
 /// variant at hand, where there is one) or `METRIC[VARIANT]` (the mean over VARIANT's
-/// runs; METRIC as in [`crate::repro::metric`]), and `crossing(AXIS, SERIES, REFERENCE)`.
+/// runs; METRIC as in [`crate::metric::metric`]), and `crossing(AXIS, SERIES, REFERENCE)`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
     Num(f64),

@@ -1,5 +1,8 @@
 //! vassal-sim: a deterministic discrete-event multiprocessor simulator that runs vassal
-//! policies under the Vassal dispatcher hierarchy.
+//! policies under the Vassal dispatcher hierarchy: the engine, the scenario and rt-app
+//! languages, the machine model (memory, swap), the metrics and the plain report. The
+//! experiments run on it and their reports (repro, sweeps, HTML, SVG, Chrome traces)
+//! are vassal-lab's.
 
 pub mod engine;
 pub mod memory;
