@@ -6,7 +6,7 @@
 //! ```toml
 //! [[expect]]
 //! id = "baseline.rr.share.spread"   # stable row id
-//! metric = "tasks.share.spread"      # what to measure in the report (see `metric`)
+//! metric = "tasks.share.spread"      # what to measure (the metric language: `metric.rs`)
 //! paper = 0.0                        # the paper's (or textbook's) value
 //! tolerance = 0.01                   # allowed difference
 //! compare = "abs"                    # "abs": |ours - paper| <= tolerance (default)
@@ -24,7 +24,7 @@ use serde::Deserialize;
 use vassal_sim::scenario::parse_scenario;
 
 use crate::expect::{Expect, ExperimentRun, Row, SimRun};
-use crate::metric::{metric, trace_metric};
+use crate::metric;
 
 #[derive(Deserialize)]
 struct ExpectsOnly {
@@ -166,18 +166,22 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
         let (rows, plots) = crate::sweep::expect_rows(path, &table, &expects)?;
         return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots });
     }
+    // Every row's expression parses before anything runs (no axes: not a sweep).
+    let exprs = expects
+        .iter()
+        .map(|e| metric::parse(&e.metric, &[]).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
+        .collect::<Result<Vec<_>, _>>()?;
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     let mut sim = vassal_sim::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
-    if trace || expects.iter().any(|e| e.metric.starts_with("trace.")) {
+    if trace || exprs.iter().flat_map(metric::paths).any(|p| p.starts_with("trace.")) {
         sim.record_trace();
     }
     let (report, trace) = sim.run_traced().map_err(|e| format!("{}: {e}", path.display()))?;
+    let run = metric::Run { scenario: &scenario, report: &report, trace: &trace };
     let rows = expects
         .iter()
-        .map(|e| {
-            let v = if e.metric.starts_with("trace.") { trace_metric(&scenario, &trace, &e.metric) } else { metric(&report, &e.metric) };
-            v.map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))
-        })
+        .zip(&exprs)
+        .map(|(e, x)| metric::eval(x, &run).map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ExperimentRun {
         path: path.to_path_buf(),
