@@ -16,7 +16,6 @@ pub mod client;
 pub mod config;
 pub mod guardian;
 pub mod kernel;
-pub mod real;
 pub mod skip;
 pub mod state;
 pub mod wait;

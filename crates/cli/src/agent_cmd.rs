@@ -448,11 +448,11 @@ fn print_answer(a: &Answer) {
     }
 }
 
-/// `vassal repro --real`: the real-process experiments (vassal_agent::real), printed in
+/// `vassal repro --real`: the real-process experiments (vassal_lab::real), printed in
 /// `vassal repro`'s row format.
 pub fn repro_real(names: &[String], json: bool) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the vassal binary")?;
-    let rows = vassal_agent::real::run(&exe, names).map_err(anyhow::Error::msg)?;
+    let rows = vassal_lab::real::run(&exe, names).map_err(anyhow::Error::msg)?;
     let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
     if json {
         let v: Vec<serde_json::Value> = rows

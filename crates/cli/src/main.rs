@@ -1,4 +1,4 @@
-//! The `vassal` command: a thin front end over vassal-sim and vassal-policies.
+//! The `vassal` command: a thin front end over vassal-sim, vassal-lab and vassal-policies.
 
 mod agent_cmd;
 mod bench;
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_sim::repro::{find_experiments, run_experiment_full, Row};
+use vassal_lab::expect::Row;
+use vassal_lab::repro::{find_experiments, run_experiment_full};
 
 #[derive(Parser)]
 #[command(name = "vassal", version, about = "vassal: multi-policy CPU scheduling — simulator, paper reproductions, benchmarks")]

@@ -1,13 +1,13 @@
 //! `vassal sweep FILE` (docs/sweep.md): runs every variant of a sweep on all cores, with a
 //! progress bar on a terminal, prints its metrics' tables, and writes the runs as CSV and
-//! JSON and a plot as SVG. The work is in `vassal_sim::sweep`.
+//! JSON and a plot as SVG. The work is in `vassal_lab::sweep`.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use vassal_sim::sweep::{default_jobs, Sweep};
+use vassal_lab::sweep::{default_jobs, Sweep};
 
 pub fn run(file: &Path, variant: Option<String>, out: Option<PathBuf>, json: bool, jobs: Option<usize>) -> Result<()> {
     let sweep = Sweep::load(file).map_err(anyhow::Error::msg)?;

@@ -1,21 +1,18 @@
 //! vassal-sim: a deterministic discrete-event multiprocessor simulator that runs vassal
-//! policies under the Vassal dispatcher hierarchy.
+//! policies under the Vassal dispatcher hierarchy: the engine, the scenario and rt-app
+//! languages, the machine model (memory, swap), the metrics and the plain report. The
+//! experiments run on it and their reports (repro, sweeps, HTML, SVG, Chrome traces)
+//! are vassal-lab's.
 
-pub mod chrome_trace;
 pub mod engine;
-pub mod html;
 pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod modules;
 pub mod report;
-pub mod repro;
 pub mod rtapp;
-pub mod rtserver_repro;
 pub mod scenario;
-pub mod svg;
 pub mod swap;
-pub mod sweep;
 
 pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;

@@ -160,25 +160,6 @@ fn kernel_counts_system_calls_and_dispatches() {
     assert!(r.to_json().contains("\"swap_idle_ns\": 0"));
 }
 
-/// The paper 004 experiments' heaviest variants (18 processes), every module, with the
-/// engine's and the swapper's invariants checked after every event.
-#[test]
-fn the_unix_experiments_keep_the_invariants() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/unix");
-    for (file, n) in [("throughput.toml", "18"), ("response.toml", "18")] {
-        let sweep = vassal_sim::sweep::Sweep::load(&dir.join(file)).unwrap();
-        for m in ["v7", "fb_std_std", "fb_pri_std", "fb_std_mouse", "fb_pri_mouse"] {
-            let text = sweep.variant_text(&format!("{m}/{n}")).unwrap();
-            let mut sc = parse_scenario(&text, file).unwrap();
-            sc.until = sc.until.min(400 * vassal_core::SEC);
-            let mut sim = Sim::new(sc).unwrap();
-            sim.set_checks(true);
-            let r = sim.run().unwrap();
-            assert!(r.kernel.swap_outs > 0, "{file} {m}: swapping happens");
-        }
-    }
-}
-
 /// Random scenarios with memory — every policy kind that runs best-effort tasks, both
 /// placements and all four strategy pairs, two CPUs sometimes, tasks that run, sleep,
 /// wait on the terminal, yield, exit early — run with the invariants checked after every

@@ -14,11 +14,12 @@ use std::path::Path;
 
 use vassal_core::{Ns, MS};
 
-use crate::engine::Trace;
-use crate::model::Scenario;
-use crate::report::Report;
-use crate::repro::{Compare, ExperimentRun};
-use crate::svg::{self, colour, esc, fmt_ms, Range, Series};
+use crate::expect::{Compare, ExperimentRun};
+use crate::fmt::{esc, fmt_ms, num};
+use crate::svg::{self, colour, Range, Series};
+use vassal_sim::engine::Trace;
+use vassal_sim::model::Scenario;
+use vassal_sim::report::Report;
 
 /// The close-up window of a run: 300 ms is 30 mcu at BVT's default 10 ms mcu, the span
 /// of paper 001's Figures 1–4.
@@ -47,23 +48,6 @@ fn page(title: &str, body: &str) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
         esc(title)
     )
-}
-
-/// A number for tables: up to 5 significant decimals, no exponent for ordinary values.
-pub fn num(v: f64) -> String {
-    if !v.is_finite() {
-        return format!("{v}");
-    }
-    if v != 0.0 && (v.abs() >= 1e9 || v.abs() < 1e-4) {
-        return format!("{v:.4e}");
-    }
-    let s = format!("{v:.5}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
 }
 
 /// The figures of one simulated run (see the module documentation).

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vassal_sim::html::{repro_page, sim_page};
-use vassal_sim::repro::{find_experiments, run_experiment_full, ExperimentRun};
+use vassal_lab::expect::ExperimentRun;
+use vassal_lab::html::{repro_page, sim_page};
+use vassal_lab::repro::{find_experiments, run_experiment_full};
 use vassal_sim::scenario::load_scenario;
 use vassal_sim::{Sim, Trace};
 
@@ -81,7 +82,7 @@ fn repro_page_shows_every_row_beside_the_paper() {
         assert!(page.contains(&rel), "experiment {rel} missing");
         for (e, row) in run.expects.iter().zip(&run.rows) {
             // the row: id, metric, paper, ours, in that order in one table row
-            let num = vassal_sim::html::num;
+            let num = vassal_lab::fmt::num;
             let cells = format!(
                 "<td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td>",
                 row.id,

@@ -14,9 +14,9 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
-use crate::kernel::{self, now_ns};
-use crate::workers::{self, quantile, Worker};
+use vassal_agent::client::Client;
+use vassal_agent::kernel::{self, now_ns};
+use vassal_agent::workers::{self, quantile, Worker};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -282,8 +282,8 @@ fn video(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
                 join(&mut c, h.pid, None, &[])?;
             }
             join(&mut c, v.pid, Some("rtserver"), &[])?;
-            match c.message(Some("rtserver"), v.pid, crate::wire::WireRequest::Reserve { util: 0.3, period_ns: FRAME }) {
-                Ok(crate::wire::Answer::Ok) => Ok(()),
+            match c.message(Some("rtserver"), v.pid, vassal_agent::wire::WireRequest::Reserve { util: 0.3, period_ns: FRAME }) {
+                Ok(vassal_agent::wire::Answer::Ok) => Ok(()),
                 Ok(a) => Err(io::Error::other(format!("reservation refused: {a:?}"))),
                 Err(e) => Err(io::Error::other(e.to_string())),
             }

@@ -31,9 +31,9 @@ use std::fmt::Write as _;
 
 use vassal_core::Ns;
 
-use crate::engine::{MarkKind, Trace};
-use crate::model::Scenario;
-use crate::report::Report;
+use vassal_sim::engine::{MarkKind, Trace};
+use vassal_sim::model::Scenario;
+use vassal_sim::report::Report;
 
 /// Process id of the CPU tracks.
 pub const CPUS_PID: u32 = 1;
@@ -75,7 +75,7 @@ pub fn parse_log_line(line: &str) -> Option<(Ns, &str)> {
 }
 
 /// The Chrome JSON trace of a run of `sc` (its report and its trace, from
-/// [`crate::Sim::run_traced`] after [`crate::Sim::record_trace`]).
+/// [`vassal_sim::Sim::run_traced`] after [`vassal_sim::Sim::record_trace`]).
 pub fn to_chrome_json(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     let task_name = |i: usize| sc.tasks.get(i).map_or_else(|| format!("task{i}"), |t| t.name.clone());
     let mut ev: Vec<String> = Vec::new();

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vassal_sim::chrome_trace::{parse_log_line, to_chrome_json, CPUS_PID, SCHEDS_PID, TASKS_PID};
+use vassal_lab::chrome_trace::{parse_log_line, to_chrome_json, CPUS_PID, SCHEDS_PID, TASKS_PID};
 use vassal_sim::model::Scenario;
 use vassal_sim::scenario::load_scenario;
 use vassal_sim::{Report, Sim};

@@ -31,16 +31,19 @@
 //! A grid variant is named by its value names joined with "/" (`dbs/8`), the first axis
 //! varying slowest; `[[run]]`s follow in file order. A value may have `x` (a number: its
 //! position on the axis, for plots and `crossing`). Key paths: see [`set_path`].
-//! Expressions (rows' `metric`, `metrics`): see [`parse`].
+//! Expressions (rows' `metric`, `metrics`): the metric language, [`crate::metric`].
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::report::Report;
-use crate::repro::{Expect, Row};
-use crate::scenario::parse_scenario;
+use vassal_sim::report::Report;
+use vassal_sim::scenario::parse_scenario;
+
+use crate::expect::{Expect, Row};
+use crate::fmt::num;
+use crate::metric::{self, has_star, metric, parse, Expr, Scope};
 use crate::svg;
 
 /// The top-level keys a sweep reads; all others are the base scenario's.
@@ -102,13 +105,13 @@ pub struct Sweep {
 pub type Runs = Vec<Vec<Report>>;
 
 /// The mean of `metric` over a variant's runs.
-pub fn mean_metric(runs: &[Report], metric: &str) -> Result<f64, String> {
+pub fn mean_metric(runs: &[Report], path: &str) -> Result<f64, String> {
     if runs.is_empty() {
         return Err("no runs".into());
     }
     let mut sum = 0.0;
     for r in runs {
-        sum += crate::repro::metric(r, metric)?;
+        sum += metric(r, path)?;
     }
     Ok(sum / runs.len() as f64)
 }
@@ -424,7 +427,7 @@ impl Sweep {
             sc.seed = s;
         }
         let seed = sc.seed;
-        crate::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
+        vassal_sim::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
     }
 
     /// Runs every variant once per seed on `jobs` threads (at least 1); `progress(done,
@@ -521,46 +524,7 @@ impl Sweep {
     /// Evaluates `e` over `runs`: `METRIC[VARIANT]` is the mean over VARIANT's runs, a
     /// bare METRIC `bare(metric)`.
     pub fn eval(&self, e: &Expr, runs: &Runs, bare: &dyn Fn(&str) -> Result<f64, String>) -> Result<f64, String> {
-        self.eval_in(e, runs, bare, None)
-    }
-
-    fn eval_in(
-        &self,
-        e: &Expr,
-        runs: &Runs,
-        bare: &dyn Fn(&str) -> Result<f64, String>,
-        star: Option<(usize, &str)>,
-    ) -> Result<f64, String> {
-        Ok(match e {
-            Expr::Num(n) => *n,
-            Expr::Metric { path, variant: None } => bare(path)?,
-            Expr::Metric { path, variant: Some(v) } => {
-                let name = match star.filter(|_| v.contains('*')) {
-                    Some((axis, value)) => self.substitute(v, axis, value)?,
-                    None => v.clone(),
-                };
-                mean_metric(&runs[self.variant_index(&name)?], path)?
-            }
-            Expr::Neg(a) => -self.eval_in(a, runs, bare, star)?,
-            Expr::Bin(op, a, b) => {
-                let (a, b) = (self.eval_in(a, runs, bare, star)?, self.eval_in(b, runs, bare, star)?);
-                match op {
-                    b'+' => a + b,
-                    b'-' => a - b,
-                    b'*' => a * b,
-                    _ => a / b,
-                }
-            }
-            Expr::Crossing { axis, series, reference } => {
-                let limit = self.eval_in(reference, runs, bare, None)?;
-                let mut points: Vec<(f64, f64)> = Vec::new();
-                for v in &self.axes[*axis].values {
-                    let x = v.x.ok_or_else(|| format!("crossing: value '{}' of axis '{}' has no x", v.name, self.axes[*axis].name))?;
-                    points.push((x, self.eval_in(series, runs, bare, Some((*axis, &v.name)))?));
-                }
-                crossing(points, limit)
-            }
-        })
+        metric::eval(e, &Variants { sweep: self, runs, bare })
     }
 
     /// A metric's value for variant `v`: each metric the mean over the variant's seeds.
@@ -571,7 +535,7 @@ impl Sweep {
 
     /// A metric's value for one run (variant `v`, seed number `s`).
     pub fn run_value(&self, m: &Metric, runs: &Runs, v: usize, s: usize) -> Result<f64, String> {
-        self.eval(&m.expr, runs, &|p| crate::repro::metric(&runs[v][s], p))
+        self.eval(&m.expr, runs, &|p| metric(&runs[v][s], p))
             .map_err(|e| format!("{}: metrics '{}' for variant {}: {e}", self.file, m.name, self.variants[v].name))
     }
 
@@ -639,14 +603,12 @@ impl Sweep {
                 let _ = writeln!(o, "  {:<first$} {}", xa.name, cells.join(" "));
             }
             for (label, vs) in &curves {
-                let cells = vs
-                    .iter()
-                    .map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", crate::html::num(x))))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let cells =
+                    vs.iter().map(|&v| self.variant_value(m, runs, v).map(|x| format!("{:>10}", num(x)))).collect::<Result<Vec<_>, _>>()?;
                 let _ = writeln!(o, "  {label:<first$} {}", cells.join(" "));
             }
             for k in self.variants.len() - self.runs.len()..self.variants.len() {
-                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, crate::html::num(self.variant_value(m, runs, k)?));
+                let _ = writeln!(o, "  {:<first$} {:>10}", self.variants[k].name, num(self.variant_value(m, runs, k)?));
             }
             o.push('\n');
         }
@@ -769,6 +731,33 @@ impl Sweep {
     }
 }
 
+/// The scope of a sweep's expressions: `METRIC[VARIANT]` is the mean over VARIANT's runs
+/// (with a crossing's axis value in place of `*`), a bare METRIC `bare(METRIC)`.
+struct Variants<'a> {
+    sweep: &'a Sweep,
+    runs: &'a Runs,
+    bare: &'a dyn Fn(&str) -> Result<f64, String>,
+}
+
+impl Scope for Variants<'_> {
+    fn metric(&self, path: &str, variant: Option<&str>, star: Option<(usize, &str)>) -> Result<f64, String> {
+        let Some(v) = variant else { return (self.bare)(path) };
+        let name = match star.filter(|_| v.contains('*')) {
+            Some((axis, value)) => self.sweep.substitute(v, axis, value)?,
+            None => v.to_string(),
+        };
+        mean_metric(&self.runs[self.sweep.variant_index(&name)?], path)
+    }
+
+    fn axis(&self, axis: usize) -> Result<Vec<(f64, &str)>, String> {
+        let a = &self.sweep.axes[axis];
+        a.values
+            .iter()
+            .map(|v| v.x.map(|x| (x, v.name.as_str())).ok_or_else(|| format!("crossing: value '{}' of axis '{}' has no x", v.name, a.name)))
+            .collect()
+    }
+}
+
 /// The number of runs at a time when none is asked for: the cores there are.
 pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -804,34 +793,6 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
         plots.extend(sweep.plot_of(&runs, k).map_err(|m| format!("{file}: {m}"))?);
     }
     Ok((rows, plots))
-}
-
-/// True if some `METRIC[VARIANT]` of `e` has `*` in VARIANT.
-fn has_star(e: &Expr) -> bool {
-    match e {
-        Expr::Num(_) | Expr::Crossing { .. } => false,
-        Expr::Metric { variant, .. } => variant.as_ref().is_some_and(|v| v.contains('*')),
-        Expr::Neg(a) => has_star(a),
-        Expr::Bin(_, a, b) => has_star(a) || has_star(b),
-    }
-}
-
-/// Along `points` (x, y), ordered by x, where y first falls below `limit`: the x of the
-/// crossing, linearly interpolated between the two points around it (the first x if it
-/// starts below; NaN if it never falls below).
-fn crossing(mut points: Vec<(f64, f64)>, limit: f64) -> f64 {
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut prev: Option<(f64, f64)> = None;
-    for &(x, y) in &points {
-        if y < limit {
-            return match prev {
-                None => x,
-                Some((x0, y0)) => x0 + (x - x0) * (y0 - limit) / (y0 - y),
-            };
-        }
-        prev = Some((x, y));
-    }
-    f64::NAN
 }
 
 /// Sets `path` in `doc` to `value`. The path is dotted: a step into a table is a key; a
@@ -891,145 +852,6 @@ fn set_in(here: &mut toml::Value, steps: &[&str], k: usize, value: &toml::Value)
     }
 }
 
-/// An expression: numbers, `+ - * /`, unary minus, parentheses, `METRIC` (of the
-/// variant at hand, where there is one) or `METRIC[VARIANT]` (the mean over VARIANT's
-/// runs; METRIC as in [`crate::repro::metric`]), and `crossing(AXIS, SERIES, REFERENCE)`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Expr {
-    Num(f64),
-    Metric {
-        path: String,
-        variant: Option<String>,
-    },
-    Neg(Box<Expr>),
-    Bin(u8, Box<Expr>, Box<Expr>),
-    /// Along axis `axis` (values ordered by `x`), where SERIES — an expression whose
-    /// variants have `*` in that axis's place — first falls below REFERENCE: the `x` at
-    /// which it crosses, linearly interpolated (the first `x` if it starts below; NaN,
-    /// which fails a row, if it never does).
-    Crossing {
-        axis: usize,
-        series: Box<Expr>,
-        reference: Box<Expr>,
-    },
-}
-
-/// Parses an expression; `axes` are the axis names `crossing` may name.
-pub fn parse(text: &str, axes: &[String]) -> Result<Expr, String> {
-    let mut p = Parser { s: text.as_bytes(), i: 0, axes };
-    let e = p.expr().map_err(|e| format!("expression '{text}': {e}"))?;
-    p.ws();
-    if p.i != p.s.len() {
-        return Err(format!("expression '{text}': unexpected '{}' at column {}", &text[p.i..], p.i + 1));
-    }
-    Ok(e)
-}
-
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-    axes: &'a [String],
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.s.get(self.i).copied()
-    }
-    fn expect(&mut self, c: u8) -> Result<(), String> {
-        if self.peek() != Some(c) {
-            return Err(format!("expected '{}' at column {}", c as char, self.i + 1));
-        }
-        self.i += 1;
-        Ok(())
-    }
-    fn expr(&mut self) -> Result<Expr, String> {
-        let mut v = self.term()?;
-        while let Some(op @ (b'+' | b'-')) = self.peek() {
-            self.i += 1;
-            v = Expr::Bin(op, Box::new(v), Box::new(self.term()?));
-        }
-        Ok(v)
-    }
-    fn term(&mut self) -> Result<Expr, String> {
-        let mut v = self.factor()?;
-        while let Some(op @ (b'*' | b'/')) = self.peek() {
-            self.i += 1;
-            v = Expr::Bin(op, Box::new(v), Box::new(self.factor()?));
-        }
-        Ok(v)
-    }
-    fn word(&mut self) -> String {
-        let start = self.i;
-        while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || b"_.".contains(&self.s[self.i])) {
-            self.i += 1;
-        }
-        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
-    }
-    fn factor(&mut self) -> Result<Expr, String> {
-        match self.peek() {
-            Some(b'(') => {
-                self.i += 1;
-                let v = self.expr()?;
-                self.expect(b')')?;
-                Ok(v)
-            }
-            Some(b'-') => {
-                self.i += 1;
-                Ok(Expr::Neg(Box::new(self.factor()?)))
-            }
-            Some(c) if c.is_ascii_digit() => {
-                let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.') {
-                    self.i += 1;
-                }
-                let t = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
-                t.parse::<f64>().map(Expr::Num).map_err(|_| format!("bad number '{t}'"))
-            }
-            Some(c) if c.is_ascii_alphabetic() => {
-                let at = self.i + 1;
-                let path = self.word();
-                if path == "crossing" && self.peek() == Some(b'(') {
-                    self.i += 1;
-                    self.ws();
-                    let name = self.word();
-                    let axis = self
-                        .axes
-                        .iter()
-                        .position(|a| *a == name)
-                        .ok_or_else(|| format!("crossing: no axis '{name}' (axes: {})", self.axes.join(", ")))?;
-                    self.expect(b',')?;
-                    let series = self.expr()?;
-                    self.expect(b',')?;
-                    let reference = self.expr()?;
-                    self.expect(b')')?;
-                    return Ok(Expr::Crossing { axis, series: Box::new(series), reference: Box::new(reference) });
-                }
-                if path.ends_with('.') {
-                    return Err(format!("metric '{path}' at column {at} ends with '.'"));
-                }
-                let variant = if self.s.get(self.i) == Some(&b'[') {
-                    let close =
-                        self.s[self.i..].iter().position(|&c| c == b']').ok_or(format!("missing ']' after column {}", self.i + 1))?;
-                    let v = String::from_utf8_lossy(&self.s[self.i + 1..self.i + close]).trim().to_string();
-                    self.i += close + 1;
-                    Some(v)
-                } else {
-                    None
-                };
-                Ok(Expr::Metric { path, variant })
-            }
-            Some(c) => Err(format!("unexpected '{}' at column {}", c as char, self.i + 1)),
-            None => Err("unexpected end".into()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1038,31 +860,6 @@ mod tests {
         let s = Sweep::from_table("t.toml", &toml::from_str(doc).unwrap())?;
         let e = parse(expr, &s.axes.iter().map(|a| a.name.clone()).collect::<Vec<_>>())?;
         s.check(&e, false)
-    }
-
-    #[test]
-    fn expressions_parse_with_precedence() {
-        let ax = ["load".to_string()];
-        let m = |p: &str, v: &str| Box::new(Expr::Metric { path: p.into(), variant: Some(v.into()) });
-        assert_eq!(parse("a.b[x/1] / a.b[y/1]", &ax).unwrap(), Expr::Bin(b'/', m("a.b", "x/1"), m("a.b", "y/1")));
-        let n = |v: f64| Box::new(Expr::Num(v));
-        assert_eq!(parse("1 + 2 * 3", &ax).unwrap(), Expr::Bin(b'+', n(1.0), Box::new(Expr::Bin(b'*', n(2.0), n(3.0)))));
-        assert_eq!(parse("(1 + 2) * 3", &ax).unwrap(), Expr::Bin(b'*', Box::new(Expr::Bin(b'+', n(1.0), n(2.0))), n(3.0)));
-        assert_eq!(parse("-c", &ax).unwrap(), Expr::Neg(Box::new(Expr::Metric { path: "c".into(), variant: None })));
-        assert_eq!(
-            parse("crossing(load, m[*], m[r])", &ax).unwrap(),
-            Expr::Crossing { axis: 0, series: m("m", "*"), reference: m("m", "r") }
-        );
-        for bad in ["1 +", "(1", "1 2", "a.b[x", "a.", "crossing(nope, a[*], b[r])", "crossing(load, a[*])", "#"] {
-            assert!(parse(bad, &ax).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn crossing_interpolates_and_is_nan_when_never_below() {
-        assert_eq!(crossing(vec![(2.0, 0.8), (1.0, 0.9), (3.0, 0.7), (4.0, 0.6)], 0.75), 2.5);
-        assert_eq!(crossing(vec![(1.0, 0.5), (2.0, 0.4)], 0.75), 1.0);
-        assert!(crossing(vec![(1.0, 0.9), (2.0, 0.8)], 0.75).is_nan());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use vassal_sim::repro::run_experiment;
-use vassal_sim::sweep::Sweep;
+use vassal_lab::repro::run_experiment;
+use vassal_lab::sweep::Sweep;
 
 fn write(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vassal-sweep-test-{}", std::process::id()));
@@ -208,7 +208,7 @@ fn the_output_does_not_depend_on_the_threads() {
         .unwrap();
     assert_eq!(calls.into_inner(), 15, "progress once per run");
     let four = sweep.run(4, &|_, _| {}).unwrap();
-    let json = |r: &vassal_sim::sweep::Runs| r.iter().flatten().map(|x| x.to_json()).collect::<Vec<_>>();
+    let json = |r: &vassal_lab::sweep::Runs| r.iter().flatten().map(|x| x.to_json()).collect::<Vec<_>>();
     assert_eq!(json(&one), json(&four));
     assert_ne!(one[0][0].to_json(), one[0][1].to_json(), "seeds change the random draws");
     assert_eq!(sweep.csv(&one).unwrap(), sweep.csv(&four).unwrap());
@@ -291,4 +291,23 @@ fn warped_frames_within_the_limit_ignore_contention() {
     }
     let over: Vec<f64> = ["1", "2", "4", "8"].iter().map(|h| resp(h, "7ms")).collect();
     assert!(over.windows(2).all(|w| w[1] > w[0]), "{over:?}");
+}
+
+/// The paper 004 experiments' heaviest variants (18 processes), every module, with the
+/// engine's and the swapper's invariants checked after every event.
+#[test]
+fn the_unix_experiments_keep_the_invariants() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/unix");
+    for (file, n) in [("throughput.toml", "18"), ("response.toml", "18")] {
+        let sweep = Sweep::load(&dir.join(file)).unwrap();
+        for m in ["v7", "fb_std_std", "fb_pri_std", "fb_std_mouse", "fb_pri_mouse"] {
+            let text = sweep.variant_text(&format!("{m}/{n}")).unwrap();
+            let mut sc = vassal_sim::scenario::parse_scenario(&text, file).unwrap();
+            sc.until = sc.until.min(400 * vassal_core::SEC);
+            let mut sim = vassal_sim::Sim::new(sc).unwrap();
+            sim.set_checks(true);
+            let r = sim.run().unwrap();
+            assert!(r.kernel.swap_outs > 0, "{file} {m}: swapping happens");
+        }
+    }
 }

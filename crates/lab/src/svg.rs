@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 
 use vassal_core::Ns;
 
-use crate::engine::Slice;
+use vassal_sim::engine::Slice;
+
+use crate::fmt::{esc, fmt_ms, num};
 
 /// Distinct colours for tasks (Tableau 10), cycled by task index.
 const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
@@ -19,22 +21,6 @@ const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14
 /// The colour of task (or series) number `i`.
 pub fn colour(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
-}
-
-/// Text for XML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            _ => o.push(c),
-        }
-    }
-    o
 }
 
 /// A number for SVG coordinates: two decimals, no trailing zeros noise.
@@ -45,20 +31,6 @@ fn n(v: f64) -> String {
         "0".into()
     } else {
         s.to_string()
-    }
-}
-
-/// Milliseconds, readable ("12.5 ms").
-pub fn fmt_ms(ns: f64) -> String {
-    let ms = ns / 1e6;
-    if ms == 0.0 {
-        "0 ms".into()
-    } else if ms.abs() >= 100.0 {
-        format!("{ms:.0} ms")
-    } else if ms.abs() >= 1.0 {
-        format!("{ms:.3}").trim_end_matches('0').trim_end_matches('.').to_string() + " ms"
-    } else {
-        format!("{:.3} us", ms * 1e3)
     }
 }
 
@@ -248,7 +220,7 @@ pub fn line_plot_ticks(
                     n(f.y(y)),
                     s.colour,
                     esc(&s.name),
-                    crate::html::num(y)
+                    num(y)
                 );
             }
         }

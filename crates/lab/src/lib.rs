@@ -1,0 +1,29 @@
+//! vassal-lab: what runs and presents experiments, apart from the product (the simulator
+//! in vassal-sim, the agent in vassal-agent): the paper reproductions (`vassal repro`,
+//! simulated and `--real`), sweeps (`vassal sweep`), and their reports — HTML pages, SVG
+//! charts and Chrome JSON traces.
+//!
+//! The modules are layered; each imports only modules of lower layers, never a sibling
+//! or a higher one (so there is no import circle):
+//!
+//! 0. `fmt` (number and text formatting), `expect` (an experiment's rows and results:
+//!    data), `metric` (the metric language: report paths and expressions);
+//! 1. `svg` (charts; uses `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
+//!    (computed rtserver tables), `real` (the real-process experiments, over the
+//!    agent's client);
+//! 2. `html` (the report pages; uses `svg`, `fmt`, `expect`);
+//! 3. `sweep` (variants, their runs, tables, CSV, JSON, plots; uses `metric`, `expect`,
+//!    `svg`, `fmt`);
+//! 4. `repro` (experiment files: simulated, computed or sweeps; uses `sweep`, `metric`,
+//!    `expect`, `rtserver_repro`).
+
+pub mod chrome_trace;
+pub mod expect;
+pub mod fmt;
+pub mod html;
+pub mod metric;
+pub mod real;
+pub mod repro;
+pub mod rtserver_repro;
+pub mod svg;
+pub mod sweep;
