@@ -28,7 +28,7 @@
 // it (BPF_RB_FORCE_WAKEUP: the default wakes the reader only when it had read
 // everything, and a quiet record below may be waiting unread) except the WAKE of a thread
 // marked QUIET_WAKE (BPF_RB_NO_WAKEUP): a thread the agent armed — the kernel runs it the
-// instant it wakes — whose wake the agent takes at its next pass (state.rs, "quiet
+// instant it wakes — whose wake the agent takes at its next pass (state/pass.rs, "quiet
 // wakes").
 
 typedef unsigned char __u8;

@@ -48,15 +48,15 @@
 //! - The **life lock** hears of a death sooner. The kernel closes a dying process's files
 //!   only after it has torn down its address space, and under load the agent's
 //!   time-sharing threads (main, broker) take a while to get the CPU to die: the life
-//!   line alone heard of a SIGKILL 4–136 ms late at load 14–21. The life lock is a robust
-//!   process-shared mutex in a shared page, held by the dispatcher thread (SCHED_FIFO)
-//!   from its start, and waited for by a second guardian thread. When the dispatcher
-//!   thread dies — SIGKILL, abort, or its own exit — the kernel walks its robust list as
-//!   the first step of its exit, before any memory is freed, marks the mutex
-//!   owner-dead and wakes the waiter (`EOWNERDEAD`). The dispatcher tells the guardian it
-//!   holds the lock by writing one byte into the life line; only then does the waiter
-//!   start, so it can never take the lock first. Whichever of the two hears first
-//!   restores; the other does nothing.
+//!   line alone heard of a SIGKILL up to over 100 ms late (docs/agent.md, "Safety").
+//!   The life lock is a robust process-shared mutex in a shared page, held by the
+//!   dispatcher thread (SCHED_FIFO) from its start, and waited for by a second guardian
+//!   thread. When the dispatcher thread dies — SIGKILL, abort, or its own exit — the
+//!   kernel walks its robust list as the first step of its exit, before any memory is
+//!   freed, marks the mutex owner-dead and wakes the waiter (`EOWNERDEAD`). The
+//!   dispatcher tells the guardian it holds the lock by writing one byte into the life
+//!   line; only then does the waiter start, so it can never take the lock first.
+//!   Whichever of the two hears first restores; the other does nothing.
 //! - The agent watches the guardian in turn (a pidfd in the dispatcher's wait set):
 //!   if the guardian dies, the agent restores every task itself and exits, so no task
 //!   is ever managed without a guardian. (If both are killed at the same instant nothing
@@ -435,10 +435,10 @@ impl Guardian {
     /// Moves the agent's end of the life line to an fd above every fd open now. When the
     /// agent dies, its files are released last-opened-first here (the kernel runs the
     /// deferred releases of an exiting task's files in reverse order of fd), and
-    /// releasing a BPF link waits for tracepoint grace periods (100–200 ms measured under
-    /// load): with the life line above them the guardian hears of the death before that,
-    /// not after (`sigkill_of_the_agent_restores_every_task`). Call it after the BPF
-    /// event source is loaded.
+    /// releasing a BPF link waits for tracepoint grace periods (longer, under load, than
+    /// the 100 ms a restore may take): with the life line above them the guardian hears
+    /// of the death before that, not after (`sigkill_of_the_agent_restores_every_task`).
+    /// Call it after the BPF event source is loaded.
     pub fn raise_life_line(&mut self) -> io::Result<()> {
         use std::os::fd::{AsRawFd, FromRawFd};
         // SAFETY: duplicates our own fd to the lowest free fd >= 1000.

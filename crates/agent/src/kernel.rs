@@ -102,10 +102,8 @@ pub fn one_cpu(cpu: u16) -> Mask {
 }
 
 /// Sends `sig` to the process (thread group) `pid`: SIGSTOP and SIGCONT hold and release
-/// a process the agent hard-caps (see `state::KState::Held`). Cost on the VM under load
-/// (2026-11-22, median): SIGSTOP to a task running on the other CPU 18 µs, SIGCONT 20 µs,
-/// in line with sched_setaffinity (14 µs) and sched_setscheduler (5–24 µs) measured in
-/// the same run.
+/// a process the agent hard-caps (see `state::KState::Held`). About the cost of a
+/// sched_setscheduler (docs/measurements/agent-2026-11-22.md, run F).
 pub fn signal_process(pid: i32, sig: i32) -> io::Result<()> {
     // SAFETY: a syscall on a pid.
     check(unsafe { libc::kill(pid, sig) })
@@ -324,13 +322,13 @@ pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
     }
 }
 
-/// A process's thread states, read from a kept-open /proc/PID/stat (0.7 µs a read, no
-/// open/close per poll) — the polling event source.
+/// A process's thread states, read from a kept-open /proc/PID/stat (no open/close per
+/// poll) — the polling event source.
 pub struct StatFile {
     file: File,
     /// /proc/TID/wchan, when this kernel names the function a blocked task sleeps in
-    /// (see [`use_wchan`]): "0" exactly when the task is runnable. Reading it costs ~2.5 µs
-    /// for a runnable task against ~8 µs for the stat line (measured on the VM).
+    /// (see [`use_wchan`]): "0" exactly when the task is runnable. Reading it costs about a
+    /// third of reading the stat line (docs/agent.md, "Event source").
     wchan: Option<File>,
     buf: [u8; 1024],
 }

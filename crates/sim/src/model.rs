@@ -1,4 +1,4 @@
-//! The validated scenario: what the simulator runs. `scenario.rs` builds it from TOML
+//! The validated scenario: what the simulator runs. `scenario` builds it from TOML
 //! (with file/line errors); tests and benchmarks may also build it directly.
 
 use std::collections::BTreeMap;

@@ -17,14 +17,14 @@
 //! - *held* (runnable, not selected, and exclusive to a loaded scheduler — a reservation
 //!   holder outside its slots, a task over its budget): parked, and its process stopped
 //!   with SIGSTOP, continued (SIGCONT) when it is selected again. This is the hard cap:
-//!   SCHED_IDLE alone is not one. Measured (2026-11-22, perf sched_switch): a task demoted
-//!   from SCHED_FIFO to SCHED_IDLE leaves its CPU within ~30 µs, but the kernel's fair
-//!   class (EEVDF) places it at zero lag, i.e. *eligible*, and when the time-sharing task
-//!   beside it has used its slice (at the next 4 ms kernel tick, HZ = 250) EEVDF picks the
-//!   idle task if it is the only eligible one, and slice protection (RUN_TO_PARITY) keeps
-//!   it there until the following tick: one whole 4 ms tick per parking, whatever its
-//!   weight. A reservation of 0.25 of 20 ms periods got 0.29–0.32 of a CPU that way;
-//!   held, 0.25. The guardian continues a held process (the ledger names it);
+//!   SCHED_IDLE alone is not one: a task demoted from SCHED_FIFO to SCHED_IDLE leaves
+//!   its CPU at once, but the kernel's fair class (EEVDF) places it at zero lag, i.e.
+//!   *eligible*, and when the time-sharing task beside it has used its slice (at the next
+//!   4 ms kernel tick, HZ = 250) EEVDF picks the idle task if it is the only eligible one,
+//!   and slice protection (RUN_TO_PARITY) keeps it there until the following tick: one
+//!   whole 4 ms tick per parking, whatever its weight (docs/agent.md, "Reservations"; the
+//!   traces in docs/measurements/agent-2026-11-22.md, run F). The guardian continues a
+//!   held process (the ledger names it);
 //! - *parked* (everything else): SCHED_IDLE, bound where the agent last bound it (its own
 //!   affinity if it never was) — it runs when nothing else on its CPU is eligible (see
 //!   *held*: up to one kernel tick per parking). Staying bound saves an affinity call at

@@ -98,8 +98,8 @@ impl Agent {
     ///   preempt the very task it woke for.
     /// - On the CPU of a process armed with quiet wakes, if there is one: its wakes do not
     ///   wake the dispatcher, its blocks do, and a wake-up from the CPU the dispatcher
-    ///   sleeps on costs it a third of one from another CPU (measured on this VM: ~5 µs of
-    ///   CPU against ~18 µs, where the cross-CPU wake-up also leaves an idle or busy CPU).
+    ///   sleeps on costs it a third of one from another CPU (docs/agent.md, "Event
+    ///   source"), where the cross-CPU wake-up also leaves an idle or busy CPU.
     pub fn dispatcher_cpus(&self) -> Option<u64> {
         let all = if self.ncpus >= 64 { u64::MAX } else { (1u64 << self.ncpus) - 1 };
         let (mut loud, mut quiet) = (0u64, 0u64);
