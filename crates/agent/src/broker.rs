@@ -33,7 +33,7 @@ use vassal_core::Request;
 
 use crate::kernel;
 use crate::state::Agent;
-use crate::wire::{self, Answer, Call, WireRequest, MAX_LINE};
+use crate::wire::{self, Answer, Call, MAX_LINE};
 
 /// What the broker, the dispatcher and the main thread share.
 pub struct Shared {
@@ -845,7 +845,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
         }),
         Call::Message { sched, pid, request } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
-            if let WireRequest::Param { name, value } = &request {
+            if let Request::Param { name, value } = &request {
                 check_ceiling(a, caller, pid, name, *value)?;
             }
             let sched = match sched {
@@ -853,11 +853,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                 Some(n) => Some(a.lookup(&n).ok_or_else(|| format!("no scheduler named '{n}'"))?),
             };
             let n = now();
-            let req = match request {
-                WireRequest::SetAt { at_ns } if at_ns <= n => return Err(format!("time {at_ns} ns is already past (now {n} ns)")),
-                WireRequest::SetAt { at_ns } => Request::Set { delay: at_ns - n },
-                r => r.to_request(),
-            };
+            let req = request.resolve(n)?;
             Ok(a.message(n, sched, pid, caller.uid, &req))
         }),
         Call::Hierarchy => shared.run(|a| Ok(a.hierarchy())),

@@ -27,11 +27,11 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
-use vassal_core::Ns;
+use vassal_core::{Ns, Request};
 
 use crate::config::DEFAULT_SOCKET;
 use crate::kernel;
-use crate::wire::{self, Answer, Call, TaskRow, WireRequest};
+use crate::wire::{self, Answer, Call, TaskRow};
 
 /// What can go wrong talking to the agent.
 #[derive(Debug)]
@@ -280,13 +280,13 @@ impl Client {
     }
 
     /// MessageToScheduler about `pid` (to its owner if `sched` is None).
-    pub fn message(&mut self, sched: Option<&str>, pid: i32, request: WireRequest) -> Result<Answer, ClientError> {
+    pub fn message(&mut self, sched: Option<&str>, pid: i32, request: Request) -> Result<Answer, ClientError> {
         self.ok(&Call::Message { sched: sched.map(str::to_string), pid, request })
     }
 
     /// SET(delay): run this process `delay` ns from now (paper 000 §5). Returns at once.
     pub fn set(&mut self, delay: Ns) -> Result<(), ClientError> {
-        self.message(None, self.pid, WireRequest::Set { delay_ns: delay }).map(|_| ())
+        self.message(None, self.pid, Request::Set { delay }).map(|_| ())
     }
 
     /// SET for the absolute CLOCK_MONOTONIC time `at`, then sleep until `at`. A time
@@ -306,7 +306,7 @@ impl Client {
             self.check_open();
         }
         if at > kernel::now_ns() {
-            let call = Call::Message { sched: None, pid: self.pid, request: WireRequest::SetAt { at_ns: at } };
+            let call = Call::Message { sched: None, pid: self.pid, request: Request::SetAt { at } };
             let line = wire::encode(&call);
             match self.send(line.as_bytes()) {
                 // Closed before it read the SET: once more, on a new connection.

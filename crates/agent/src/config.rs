@@ -36,8 +36,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS, SEC};
-use vassal_policies::ParamValue;
+use vassal_core::{parse_duration, CpuSet, Ns, ParamValue, Usage, CPU_PPM, MS, SEC};
 
 /// A duration key of the config (e.g. `tick = "1ms"`), or `default` when it is absent;
 /// an error names the key.
@@ -45,29 +44,14 @@ fn duration_or(value: &Option<String>, key: &str, default: Ns) -> Result<Ns, Str
     value.as_deref().map_or(Ok(default), |s| parse_duration(s).map_err(|e| format!("{key}: {e}")))
 }
 
-/// A policy parameter as written in TOML or JSON.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Value {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-}
+/// A policy parameter as written in TOML or JSON: vassal_core's [`ParamValue`]
+/// (untagged: `true`, `5`, `0.5`, `"10ms"`), under the name the agent's callers use.
+pub use vassal_core::ParamValue as Value;
 
-impl Value {
-    pub fn to_param(&self) -> ParamValue {
-        match self {
-            Value::Bool(b) => ParamValue::Bool(*b),
-            Value::Int(i) => ParamValue::Int(*i),
-            Value::Float(f) => ParamValue::Float(*f),
-            Value::Str(s) => ParamValue::Str(s.clone()),
-        }
-    }
-}
-
+/// The parameters as the policies' builders take them: the same values (kept for the
+/// callers that still convert; the map can be passed as it is).
 pub fn to_params(m: &BTreeMap<String, Value>) -> BTreeMap<String, ParamValue> {
-    m.iter().map(|(k, v)| (k.clone(), v.to_param())).collect()
+    m.clone()
 }
 
 /// A scheduler's declared CPU use (paper 000 §8), in the config and on the wire.
@@ -360,7 +344,7 @@ impl Config {
             ));
         }
         // Build once to check kinds and parameters now, with their names in the error.
-        vassal_policies::build(&default.kind, &to_params(&default.params)).map_err(|e| format!("default: {e}"))?;
+        vassal_policies::build(&default.kind, &default.params).map_err(|e| format!("default: {e}"))?;
         for s in &raw.scheduler {
             match (&s.module, s.kind.is_empty()) {
                 (Some(_), false) => return Err(format!("scheduler '{}': give either kind or module, not both", s.name)),
@@ -376,7 +360,7 @@ impl Config {
                         return Err(format!("scheduler '{}': watchdog applies to modules only", s.name));
                     }
                     s.usage()?;
-                    vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+                    vassal_policies::build(&s.kind, &s.params).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
                 }
             }
         }

@@ -42,12 +42,15 @@ pub enum Call {
     /// Set one task parameter through its scheduler (`Request::Param`).
     Param { pid: i32, name: String, value: i64 },
     /// MessageToScheduler: `request` about `pid` to scheduler `sched` (default: the
-    /// scheduler that owns the process).
+    /// scheduler that owns the process). vassal_core's `Request` itself, in its JSON form
+    /// (`{"kind":"set","delay_ns":1000000}`, times in ns with an `_ns` suffix; `set_at`
+    /// takes an absolute CLOCK_MONOTONIC time, `Request::resolve`; `join` and `leave` are
+    /// calls of their own, not requests).
     Message {
         #[serde(default)]
         sched: Option<String>,
         pid: i32,
-        request: WireRequest,
+        request: Request,
     },
     /// The hierarchy, top-down.
     Hierarchy,
@@ -90,64 +93,6 @@ pub enum Call {
     Unload { name: String },
     /// The agent's own figures.
     Status,
-}
-
-/// A request to a scheduler (vassal_core's `Request`), times in ns.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum WireRequest {
-    /// Vassal §5: run me `delay_ns` from now.
-    Set {
-        delay_ns: Ns,
-    },
-    /// SET for an absolute CLOCK_MONOTONIC time: the broker turns it into `Set` with the
-    /// delay from the instant it hands the request to the scheduler, so the time the
-    /// message spent in transit is not added to the target (refused if already past).
-    SetAt {
-        at_ns: Ns,
-    },
-    Warp {
-        on: bool,
-    },
-    Param {
-        name: String,
-        value: i64,
-    },
-    Reserve {
-        util: f64,
-        period_ns: Ns,
-    },
-    Free,
-    Modify {
-        util: f64,
-        period_ns: Ns,
-    },
-    Avail,
-    /// Absolute times on the agent's CLOCK_MONOTONIC.
-    Deadline {
-        start_ns: Ns,
-        need_ns: Ns,
-        deadline_ns: Ns,
-    },
-}
-
-impl WireRequest {
-    pub fn to_request(&self) -> Request {
-        match self {
-            WireRequest::Set { delay_ns } => Request::Set { delay: *delay_ns },
-            // `Agent::message` resolves SetAt against its clock before this is used.
-            WireRequest::SetAt { .. } => Request::Set { delay: 0 },
-            WireRequest::Warp { on } => Request::Warp { on: *on },
-            WireRequest::Param { name, value } => Request::Param { name: name.clone(), value: *value },
-            WireRequest::Reserve { util, period_ns } => Request::Reserve { util: *util, period: *period_ns },
-            WireRequest::Free => Request::Free,
-            WireRequest::Modify { util, period_ns } => Request::Modify { util: *util, period: *period_ns },
-            WireRequest::Avail => Request::Avail,
-            WireRequest::Deadline { start_ns, need_ns, deadline_ns } => {
-                Request::Deadline { start: *start_ns, need: *need_ns, deadline: *deadline_ns }
-            }
-        }
-    }
 }
 
 /// A registered scheduler, for `hierarchy`.
@@ -324,9 +269,38 @@ mod tests {
         assert_eq!(decode(br#"{"op":"leave","pid":5}"#), Ok(Call::Leave { pid: 5 }));
         assert_eq!(
             decode(br#"{"op":"message","pid":5,"request":{"kind":"set","delay_ns":1000000}}"#),
-            Ok(Call::Message { sched: None, pid: 5, request: WireRequest::Set { delay_ns: 1_000_000 } })
+            Ok(Call::Message { sched: None, pid: 5, request: Request::Set { delay: 1_000_000 } })
         );
         assert_eq!(decode(br#"{"op":"tasks"}"#), Ok(Call::Tasks));
+    }
+
+    /// Every request's JSON form, as clients have always sent it (`Request` is core's;
+    /// its field names and the `_ns` suffixes are serde attributes there).
+    #[test]
+    fn requests_keep_their_wire_form() {
+        let forms = [
+            (Request::Set { delay: 1_000_000 }, r#"{"kind":"set","delay_ns":1000000}"#),
+            (Request::SetAt { at: 5 }, r#"{"kind":"set_at","at_ns":5}"#),
+            (Request::Warp { on: true }, r#"{"kind":"warp","on":true}"#),
+            (Request::Param { name: "weight".into(), value: -2 }, r#"{"kind":"param","name":"weight","value":-2}"#),
+            (Request::Reserve { util: 0.25, period: 20_000_000 }, r#"{"kind":"reserve","util":0.25,"period_ns":20000000}"#),
+            (Request::Free, r#"{"kind":"free"}"#),
+            (Request::Modify { util: 0.5, period: 7 }, r#"{"kind":"modify","util":0.5,"period_ns":7}"#),
+            (Request::Avail, r#"{"kind":"avail"}"#),
+            (Request::Deadline { start: 1, need: 2, deadline: 3 }, r#"{"kind":"deadline","start_ns":1,"need_ns":2,"deadline_ns":3}"#),
+        ];
+        for (req, json) in forms {
+            assert_eq!(serde_json::to_string(&req).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Request>(json).unwrap(), req);
+        }
+        // Join and leave are calls of their own (the broker checks them), never requests;
+        // a request has exactly its fields.
+        for bad in [r#"{"kind":"join"}"#, r#"{"kind":"leave"}"#, r#"{"kind":"set","delay":5}"#, r#"{"kind":"warp","on":true,"x":1}"#] {
+            let line = format!(r#"{{"op":"message","pid":5,"request":{bad}}}"#);
+            assert!(decode(line.as_bytes()).unwrap_err().contains("malformed"), "{bad}");
+        }
+        let e = decode(br#"{"op":"message","pid":5,"request":{"kind":"join"}}"#).unwrap_err();
+        assert!(e.contains("expected one of `set`, `set_at`, `warp`, `param`, `reserve`, `free`, `modify`, `avail`, `deadline`"), "{e}");
     }
 
     #[test]

@@ -24,8 +24,9 @@ use vassal_agent::config::{UsageSpec, Value};
 use vassal_agent::guardian::Ledger;
 use vassal_agent::kernel;
 use vassal_agent::state::Agent;
-use vassal_agent::wire::{decode, encode, Answer, Call, WireRequest};
+use vassal_agent::wire::{decode, encode, Answer, Call};
 use vassal_agent::Config;
+use vassal_core::Request;
 
 /// The tests watch this process's own threads, which the other test's broker calls raise
 /// for a moment (the priority ceiling): one at a time.
@@ -86,21 +87,19 @@ fn params() -> impl Strategy<Value = BTreeMap<String, i64>> {
     prop::collection::btree_map(name(), prop_oneof![Just(0i64), Just(1), Just(i64::MAX), Just(-1), any::<i64>()], 0..3)
 }
 
-fn request() -> impl Strategy<Value = WireRequest> {
+fn request() -> impl Strategy<Value = Request> {
     let ns = prop_oneof![Just(0u64), Just(1_000_000), Just(u64::MAX), any::<u64>()];
     prop_oneof![
-        ns.clone().prop_map(|delay_ns| WireRequest::Set { delay_ns }),
-        ns.clone().prop_map(|at_ns| WireRequest::SetAt { at_ns }),
-        any::<bool>().prop_map(|on| WireRequest::Warp { on }),
-        (name(), any::<i64>()).prop_map(|(name, value)| WireRequest::Param { name, value }),
+        ns.clone().prop_map(|delay| Request::Set { delay }),
+        ns.clone().prop_map(|at| Request::SetAt { at }),
+        any::<bool>().prop_map(|on| Request::Warp { on }),
+        (name(), any::<i64>()).prop_map(|(name, value)| Request::Param { name, value }),
         (prop_oneof![Just(0.25), Just(1.0), Just(-1.0), Just(f64::MAX)], ns.clone())
-            .prop_map(|(util, period_ns)| WireRequest::Reserve { util, period_ns }),
-        Just(WireRequest::Free),
-        (any::<f64>().prop_filter("finite", |f| f.is_finite()), ns.clone())
-            .prop_map(|(util, period_ns)| WireRequest::Modify { util, period_ns }),
-        Just(WireRequest::Avail),
-        (ns.clone(), ns.clone(), ns)
-            .prop_map(|(start_ns, need_ns, deadline_ns)| { WireRequest::Deadline { start_ns, need_ns, deadline_ns } }),
+            .prop_map(|(util, period)| Request::Reserve { util, period }),
+        Just(Request::Free),
+        (any::<f64>().prop_filter("finite", |f| f.is_finite()), ns.clone()).prop_map(|(util, period)| Request::Modify { util, period }),
+        Just(Request::Avail),
+        (ns.clone(), ns.clone(), ns).prop_map(|(start, need, deadline)| Request::Deadline { start, need, deadline }),
     ]
 }
 

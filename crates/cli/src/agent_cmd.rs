@@ -9,9 +9,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use vassal_agent::client::{Client, HeldChild};
 use vassal_agent::config::{UsageSpec, Value, DEFAULT_SOCKET};
-use vassal_agent::wire::{Answer, Call, WireRequest};
+use vassal_agent::wire::{Answer, Call};
 use vassal_agent::Config;
-use vassal_core::parse_duration;
+use vassal_core::{parse_duration, Request};
 
 #[derive(Args)]
 pub struct AgentArgs {
@@ -250,9 +250,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut child = HeldChild::spawn(&a.cmd).with_context(|| format!("cannot start {:?}", a.cmd))?;
     client.join_pid(child.pid, a.sched.as_deref(), params).map_err(|e| anyhow!("join: {e}"))?;
     if let Some((util, period)) = reserve {
-        client
-            .message(a.sched.as_deref(), child.pid, WireRequest::Reserve { util, period_ns: period })
-            .map_err(|e| anyhow!("reserve: {e}"))?;
+        client.message(a.sched.as_deref(), child.pid, Request::Reserve { util, period }).map_err(|e| anyhow!("reserve: {e}"))?;
     }
     child.release()?;
     // What its schedulers say about the process while it runs (e.g. rtserver removing a
@@ -292,25 +290,25 @@ fn tell_notes(mut client: Client, pid: i32, stop: &std::sync::atomic::AtomicBool
 
 pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
     let sock = socket(&a.socket);
-    let msg = |sched: Option<String>, pid: i32, request: WireRequest| Call::Message { sched, pid, request };
+    let msg = |sched: Option<String>, pid: i32, request: Request| Call::Message { sched, pid, request };
     let call = match a.cmd {
         CtlCmd::Join { pid, sched, params } => Call::Join { pid, sched, params: parse_params(&params)? },
         CtlCmd::Leave { pid } => Call::Leave { pid },
         CtlCmd::Release { pid } => Call::Release { pid },
         CtlCmd::Set { pid, name, value } => Call::Param { pid, name, value: int_or_duration(&value)? },
-        CtlCmd::Warp { pid, on } => msg(None, pid, WireRequest::Warp { on: matches!(on, OnOff::On) }),
+        CtlCmd::Warp { pid, on } => msg(None, pid, Request::Warp { on: matches!(on, OnOff::On) }),
         CtlCmd::Reserve { pid, spec, sched } => {
-            let (util, period_ns) = parse_reserve(&spec)?;
-            msg(sched, pid, WireRequest::Reserve { util, period_ns })
+            let (util, period) = parse_reserve(&spec)?;
+            msg(sched, pid, Request::Reserve { util, period })
         }
-        CtlCmd::Free { pid, sched } => msg(sched, pid, WireRequest::Free),
+        CtlCmd::Free { pid, sched } => msg(sched, pid, Request::Free),
         CtlCmd::Modify { pid, spec, sched } => {
-            let (util, period_ns) = parse_reserve(&spec)?;
-            msg(sched, pid, WireRequest::Modify { util, period_ns })
+            let (util, period) = parse_reserve(&spec)?;
+            msg(sched, pid, Request::Modify { util, period })
         }
-        CtlCmd::Avail { pid, sched } => msg(sched, pid, WireRequest::Avail),
+        CtlCmd::Avail { pid, sched } => msg(sched, pid, Request::Avail),
         CtlCmd::Msg { sched, pid, request } => {
-            let request: WireRequest = serde_json::from_str(&request).with_context(|| format!("request '{request}'"))?;
+            let request: Request = serde_json::from_str(&request).with_context(|| format!("request '{request}'"))?;
             msg(Some(sched), pid, request)
         }
         CtlCmd::Hierarchy => Call::Hierarchy,

@@ -17,8 +17,9 @@ use std::time::Duration;
 use agent_proc::{root, serial, stopped, wait_for, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
-use vassal_agent::wire::{Answer, Call, WireRequest};
+use vassal_agent::wire::{Answer, Call};
 use vassal_agent::workers::{self, Worker};
+use vassal_core::Request;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -319,10 +320,10 @@ fn a_reservation_is_enforced() {
     let clock = kernel::CpuClock::of_process(reserved.pid).unwrap();
     let mut c = agent.client();
     c.join_pid(reserved.pid, Some("rtserver"), Default::default()).expect("join rtserver");
-    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Reserve { util: 0.25, period_ns: 20 * MS });
+    let r = c.message(Some("rtserver"), reserved.pid, Request::Reserve { util: 0.25, period: 20 * MS });
     assert!(matches!(r, Ok(Answer::Ok)), "reserve: {r:?}");
     // What is left: r·N − 0.25 CPUs (paper 002's getAvailResource).
-    match c.message(Some("rtserver"), reserved.pid, WireRequest::Avail) {
+    match c.message(Some("rtserver"), reserved.pid, Request::Avail) {
         Ok(Answer::Fraction { num, den }) => {
             let left = num as f64 / den as f64;
             assert!((left - (0.8 * ncpus as f64 - 0.25)).abs() < 1e-9, "avail {num}/{den}");
@@ -338,7 +339,7 @@ fn a_reservation_is_enforced() {
     };
     let reserved_share = share(3);
     // Modify to 0.5 (10 ms every 20 ms): the new share from the next frame.
-    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Modify { util: 0.5, period_ns: 20 * MS });
+    let r = c.message(Some("rtserver"), reserved.pid, Request::Modify { util: 0.5, period: 20 * MS });
     assert!(matches!(r, Ok(Answer::Ok)), "modify: {r:?}");
     std::thread::sleep(Duration::from_millis(100));
     let modified_share = share(2);
@@ -379,7 +380,7 @@ fn sigkill_of_the_agent_continues_a_held_task() {
     let hogs: Vec<Worker> = (0..ncpus + 1).map(|_| workers::hog(until).unwrap()).collect();
     let mut c = agent.client();
     c.join_pid(reserved.pid, Some("rtserver"), Default::default()).expect("join rtserver");
-    let r = c.message(Some("rtserver"), reserved.pid, WireRequest::Reserve { util: 0.25, period_ns: 20 * MS });
+    let r = c.message(Some("rtserver"), reserved.pid, Request::Reserve { util: 0.25, period: 20 * MS });
     assert!(matches!(r, Ok(Answer::Ok)), "reserve: {r:?}");
     // Held for 15 ms of every 20: caught stopped within a few tries.
     assert!(wait_for(Duration::from_secs(3), || stopped(reserved.pid)).is_some(), "the reserved task was never held");
@@ -491,7 +492,7 @@ fn malformed_calls_get_an_error_and_the_agent_keeps_serving() {
     assert!(c.status().is_ok());
     // The garbage managed nothing; a valid call still works.
     assert!(c.tasks().unwrap().is_empty());
-    assert!(c.message(None, sleeper.pid, WireRequest::Avail).is_err(), "not managed, so refused");
+    assert!(c.message(None, sleeper.pid, Request::Avail).is_err(), "not managed, so refused");
     drop(sleeper);
 }
 

@@ -23,8 +23,8 @@ use std::time::Duration;
 use agent_proc::{root, serial, wait_for, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns, SchedState};
-use vassal_agent::wire::WireRequest;
 use vassal_agent::workers::{self, SharedBuf, Worker};
+use vassal_core::Request;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -277,7 +277,7 @@ fn threads_are_restored(config: &str, end: End) {
     let at_fifo = at_policy();
 
     // A hog among hogs: threads created while their creator is parked at SCHED_IDLE.
-    let r = cl.message(None, pid, WireRequest::Param { name: "warp".into(), value: 0 });
+    let r = cl.message(None, pid, Request::Param { name: "warp".into(), value: 0 });
     assert!(r.is_ok(), "warp 0: {r:?}");
     c.set(ctl::BUSY, 1);
     let idle =

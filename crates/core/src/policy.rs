@@ -30,6 +30,7 @@
 use std::collections::BTreeMap;
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
+pub use crate::request::{Reply, Request};
 use crate::time::Ns;
 
 /// The answer to `pick`: run `task` on this CPU; ask again after `slice` ns at the latest
@@ -172,64 +173,6 @@ impl Sender {
     pub const ROOT: Sender = Sender { task: None, uid: 0 };
     pub fn is_root(&self) -> bool {
         self.uid == 0
-    }
-}
-
-/// A typed request to a scheduler (Vassal's MessageToScheduler buffer).
-/// `Join` and `Leave` are handled by the dispatcher (it moves the task and the new
-/// owner's `on_attach` may refuse); the rest go to the named scheduler's `on_message`.
-/// A policy that does not understand a request refuses it.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum Request {
-    /// Move the sending task (or `task`) to this scheduler.
-    Join,
-    /// Return the task to the default scheduler.
-    Leave,
-    /// Vassal sample real-time scheduler: run me `delay` ns from now (paper 000 §5).
-    Set { delay: Ns },
-    /// Turn warp on or off (BVT §2.2).
-    Warp { on: bool },
-    /// Set one of the task's named parameters.
-    Param { name: String, value: i64 },
-    /// Reservation server (paper 002 §2, `Cpu::reserve(pid, util, period)`): reserve
-    /// `util` of a CPU every `period` ns for the task. `util` arrives as the client sent
-    /// it (it may be NaN or out of range); the policy validates it and converts it to
-    /// exact integer time before any admission arithmetic.
-    Reserve { util: f64, period: Ns },
-    /// `Cpu::freeReserve(pid)`: drop the task's reservation.
-    Free,
-    /// `Cpu::modifyReserve(pid, newUtil, newPeriod)`: replace the task's reservation,
-    /// admitted as if the old one were gone; on refusal the old one stays.
-    Modify { util: f64, period: Ns },
-    /// `Cpu::getAvailResource()`: how much reservable CPU is left (answered with
-    /// `Reply::Fraction`, in CPUs).
-    Avail,
-    /// Deadline-based scheduling (BVT paper 001 §5): `need` ns of CPU between the
-    /// absolute times `start` and `deadline`.
-    Deadline { start: Ns, need: Ns, deadline: Ns },
-}
-
-/// A scheduler's answer to a request. A refusal is immediate, with a reason (Vassal §5:
-/// a request that cannot be met is refused at once, not discovered after the deadline).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Ok,
-    Value(i64),
-    /// An exact rational answer, `num / den` (e.g. available CPU for `Request::Avail`).
-    Fraction {
-        num: u64,
-        den: u64,
-    },
-    Refused(String),
-}
-
-impl Reply {
-    pub fn refused(why: impl Into<String>) -> Reply {
-        Reply::Refused(why.into())
-    }
-    pub fn is_ok(&self) -> bool {
-        !matches!(self, Reply::Refused(_))
     }
 }
 

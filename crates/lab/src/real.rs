@@ -282,7 +282,7 @@ fn video(exe: &std::path::Path) -> io::Result<Vec<RealRow>> {
                 join(&mut c, h.pid, None, &[])?;
             }
             join(&mut c, v.pid, Some("rtserver"), &[])?;
-            match c.message(Some("rtserver"), v.pid, vassal_agent::wire::WireRequest::Reserve { util: 0.3, period_ns: FRAME }) {
+            match c.message(Some("rtserver"), v.pid, vassal_core::Request::Reserve { util: 0.3, period: FRAME }) {
                 Ok(vassal_agent::wire::Answer::Ok) => Ok(()),
                 Ok(a) => Err(io::Error::other(format!("reservation refused: {a:?}"))),
                 Err(e) => Err(io::Error::other(e.to_string())),

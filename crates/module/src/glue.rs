@@ -1,13 +1,14 @@
 //! The host side of the ABI that both backends share ([`crate::WasmPolicy`] and
 //! [`crate::NativePolicy`]): the answers to the module's queries and effects (checked again
-//! by the host's own `Ctx`), and the integer encodings of the callbacks' arguments.
+//! by the host's own `Ctx`), and the integer encodings of the callbacks' arguments (a
+//! request's and the parameters' are [`vassal_core::abi`]'s, shared with the SDK).
 
 use std::collections::BTreeMap;
 
-use vassal_core::{CpuId, CpuSet, Ctx, Detach, PolicyLog, Preempt, Refusal, Reply, Request, TaskId, TaskState, Usage, Wake};
+use vassal_core::{CpuId, CpuSet, Ctx, Detach, ParamValue, PolicyLog, Preempt, Refusal, Reply, TaskId, TaskState, Usage, Wake};
 
 use crate::abi::*;
-use crate::{LoadError, ModuleParam};
+use crate::LoadError;
 
 // ----- the imports' answers (`ctx` is None outside a call: tasks are "dead", effects refused) -----
 
@@ -128,21 +129,6 @@ pub(crate) fn refusal_args(why: Refusal) -> (i32, i32) {
     }
 }
 
-/// `vassal_message`'s (kind, a, b, c, util, name); None: a request no policy gets.
-pub(crate) fn message_args(req: &Request) -> Option<(i32, i64, i64, i64, f64, &str)> {
-    Some(match req {
-        Request::Set { delay } => (REQ_SET, *delay as i64, 0, 0, 0.0, ""),
-        Request::Warp { on } => (REQ_WARP, i64::from(*on), 0, 0, 0.0, ""),
-        Request::Param { name, value } => (REQ_PARAM, *value, 0, 0, 0.0, name.as_str()),
-        Request::Reserve { util, period } => (REQ_RESERVE, *period as i64, 0, 0, *util, ""),
-        Request::Free => (REQ_FREE, 0, 0, 0, 0.0, ""),
-        Request::Modify { util, period } => (REQ_MODIFY, *period as i64, 0, 0, *util, ""),
-        Request::Avail => (REQ_AVAIL, 0, 0, 0, 0.0, ""),
-        Request::Deadline { start, need, deadline } => (REQ_DEADLINE, *start as i64, *need as i64, *deadline as i64, 0.0, ""),
-        _ => return None,
-    })
-}
-
 /// The declared usage from `vassal_usage_kind` / `_ppm` / `_cpus`.
 pub(crate) fn usage(kind: i32, ppm: i64, cpus: i64) -> Result<Usage, LoadError> {
     Ok(match kind {
@@ -153,34 +139,9 @@ pub(crate) fn usage(kind: i32, ppm: i64, cpus: i64) -> Result<Usage, LoadError> 
     })
 }
 
-/// The scheduler's parameters as `vassal_init` reads them: `name=T:value` lines.
-pub(crate) fn encode_params(params: &BTreeMap<String, ModuleParam>) -> Result<Vec<u8>, LoadError> {
-    let mut out = String::new();
-    for (k, v) in params {
-        let val = match v {
-            ModuleParam::Int(i) => format!("i:{i}"),
-            ModuleParam::Float(f) => format!("f:{f}"),
-            ModuleParam::Str(s) => format!("s:{s}"),
-            ModuleParam::Bool(b) => format!("b:{}", u8::from(*b)),
-        };
-        if k.contains(['=', '\n']) || val.contains('\n') {
-            return Err(LoadError::BadParam(k.clone()));
-        }
-        out.push_str(&format!("{k}={val}\n"));
-    }
-    Ok(out.into_bytes())
-}
-
-/// The per-task parameters as the module sees them at `vassal_attach`: `name=i:value` lines.
-/// Names that the text form cannot carry are left out.
-pub(crate) fn encode_task_params(params: &vassal_core::TaskParams) -> Vec<u8> {
-    let mut out = String::new();
-    for (k, v) in params {
-        if !k.contains(['=', '\n']) {
-            out.push_str(&format!("{k}=i:{v}\n"));
-        }
-    }
-    out.into_bytes()
+/// The scheduler's parameters as `vassal_init` reads them ([`encode_params`]).
+pub(crate) fn init_params(params: &BTreeMap<String, ParamValue>) -> Result<Vec<u8>, LoadError> {
+    encode_params(params).map(String::into_bytes).map_err(LoadError::BadParam)
 }
 
 /// A backend's `Exports`, each entry point found by name with the loader's own `$req`

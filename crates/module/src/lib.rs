@@ -27,11 +27,15 @@ mod wasm;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use vassal_core::{Containment, Dispatcher, Ns, Policy, Position, SchedId, TaskId, Usage, MS};
+use vassal_core::{Containment, Dispatcher, Ns, ParamValue, Policy, Position, SchedId, TaskId, Usage, MS};
 
 pub use examples::{example_path, examples_dir, native_example_path};
 pub use native::NativePolicy;
-pub use wasm::{Limits, LoadError, ModuleParam, WasmPolicy};
+/// A module's scheduler-level parameter: [`vassal_core::ParamValue`], under its former
+/// name for the callers that still use it (crates/sim/src/modules.rs,
+/// crates/agent/src/state.rs), whose conversions to it are now the identity.
+pub use vassal_core::ParamValue as ModuleParam;
+pub use wasm::{Limits, LoadError, WasmPolicy};
 
 /// The two forms of a module, told apart by the file's first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +95,7 @@ pub fn open_bytes(
     bytes: &[u8],
     label: &str,
     ncpus: u16,
-    params: &BTreeMap<String, ModuleParam>,
+    params: &BTreeMap<String, ParamValue>,
     limits: Limits,
 ) -> Result<Opened, LoadError> {
     let backend = Backend::of(bytes);
@@ -108,7 +112,7 @@ pub fn open_bytes(
 }
 
 /// [`open_bytes`] from a file; the label is the file name.
-pub fn open_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ModuleParam>, limits: Limits) -> Result<Opened, LoadError> {
+pub fn open_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ParamValue>, limits: Limits) -> Result<Opened, LoadError> {
     let (bytes, label) = read_file(path)?;
     open_bytes(&bytes, &label, ncpus, params, limits)
 }
@@ -207,7 +211,7 @@ pub enum Placement {
 /// How a module is loaded: its parameters, limits and containment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadOptions {
-    pub params: BTreeMap<String, ModuleParam>,
+    pub params: BTreeMap<String, ParamValue>,
     pub limits: Limits,
     /// The watchdog: a runnable task of the module's that waits longer than this without
     /// running gets the module ejected (None: no watchdog).

@@ -27,12 +27,13 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId, Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId,
+    Usage, Wake,
 };
 
 use crate::abi::*;
 use crate::glue::exports;
-use crate::{glue, LoadError, ModuleParam};
+use crate::{glue, LoadError};
 
 /// The host's function table, the layout of `vassal_sdk::native::HostFns` (checked by the
 /// module through `abi` and `size`).
@@ -218,7 +219,7 @@ impl NativePolicy {
     /// Loads a native module from its bytes (an ELF shared library built with the SDK for
     /// this machine), hands it the host's table, runs its `vassal_init` with `params` and
     /// reads its declared CPU usage. `label` names it in messages.
-    pub fn from_bytes(bytes: &[u8], label: &str, ncpus: u16, params: &BTreeMap<String, ModuleParam>) -> Result<NativePolicy, LoadError> {
+    pub fn from_bytes(bytes: &[u8], label: &str, ncpus: u16, params: &BTreeMap<String, ParamValue>) -> Result<NativePolicy, LoadError> {
         let lib = open_private_copy(bytes, label)?;
         macro_rules! req {
             ($name:literal) => {
@@ -273,7 +274,7 @@ impl NativePolicy {
             return Err(LoadError::Abi("null mailbox address".into()));
         }
         let mut p = NativePolicy { ex, fault, host, _table: table, usage: Usage::BestEffort, label: label.to_string(), _lib: lib };
-        let bytes = glue::encode_params(params)?;
+        let bytes = glue::init_params(params)?;
         p.write_buffer(&bytes)?;
         let rc = unsafe { init(ncpus as i32, bytes.len() as i32) };
         if rc != 0 {
@@ -340,7 +341,7 @@ impl Policy for NativePolicy {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.attach else { return Ok(()) };
         let state = glue::state_code(info.state);
-        let bytes = glue::encode_task_params(info.params);
+        let bytes = encode_task_params(info.params).into_bytes();
         let parent = info.parent.map_or(-1, |p| p.0 as i64);
         let (aff, guest) = (info.affinity.0 as i64, i32::from(info.guest));
         let rc = self.enter(ctx, |p| {
@@ -409,7 +410,7 @@ impl Policy for NativePolicy {
         let Some(f) = self.ex.message else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
-        let Some((kind, a, b, c, util, name)) = glue::message_args(req) else {
+        let Some((kind, a, b, c, util, name)) = encode_request(req) else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
         let from_task = from.task.map_or(-1, |t| t.0 as i64);

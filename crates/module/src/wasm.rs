@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId, Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId,
+    Usage, Wake,
 };
 use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
@@ -36,16 +37,6 @@ impl Default for Limits {
     fn default() -> Self {
         Limits { fuel_per_call: 10_000_000, memory_bytes: 16 << 20 }
     }
-}
-
-/// A scheduler-level parameter passed to a module's `vassal_init` (as written in a
-/// scenario's `params` table or on the command line).
-#[derive(Clone, Debug, PartialEq)]
-pub enum ModuleParam {
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Bool(bool),
 }
 
 /// Why a module could not be loaded.
@@ -262,7 +253,7 @@ fn describe_error(e: &wasmtime::Error, limits: &Limits, memory_denied: bool) -> 
 impl WasmPolicy {
     /// Compiles and instantiates a module from a file, runs its `vassal_init` with
     /// `params`, and reads its declared CPU usage.
-    pub fn from_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ModuleParam>, limits: Limits) -> Result<WasmPolicy, LoadError> {
+    pub fn from_file(path: &Path, ncpus: u16, params: &BTreeMap<String, ParamValue>, limits: Limits) -> Result<WasmPolicy, LoadError> {
         let (bytes, label) = crate::read_file(path)?;
         WasmPolicy::from_bytes(&bytes, &label, ncpus, params, limits)
     }
@@ -273,7 +264,7 @@ impl WasmPolicy {
         bytes: &[u8],
         label: &str,
         ncpus: u16,
-        params: &BTreeMap<String, ModuleParam>,
+        params: &BTreeMap<String, ParamValue>,
         limits: Limits,
     ) -> Result<WasmPolicy, LoadError> {
         let (engine, module) = compiled(bytes)?;
@@ -325,7 +316,7 @@ impl WasmPolicy {
         let usage_cpus: TypedFunc<(), i64> = req!("vassal_usage_cpus");
         let ex = exports!(req, opt, usize::try_from(mailbox).map_err(|_| LoadError::Abi("negative mailbox address".into()))?);
         let mut p = WasmPolicy { store, ex, limits, usage: Usage::BestEffort, fault: None, label: label.to_string() };
-        let bytes = glue::encode_params(params)?;
+        let bytes = glue::init_params(params)?;
         let fail = |p: &WasmPolicy, e: wasmtime::Error| LoadError::Init(describe_error(&e, &p.limits, p.store.data().memory_denied));
         p.store.set_fuel(limits.fuel_per_call).ok();
         let ptr = p.write_buffer(&bytes).map_err(|e| fail(&p, e))?;
@@ -415,7 +406,7 @@ impl Policy for WasmPolicy {
         let now = ctx.now() as i64;
         let Some(f) = self.ex.attach.clone() else { return Ok(()) };
         let state = glue::state_code(info.state);
-        let bytes = glue::encode_task_params(info.params);
+        let bytes = encode_task_params(info.params).into_bytes();
         let parent = info.parent.map_or(-1, |p| p.0 as i64);
         let aff = info.affinity.0 as i64;
         let guest = i32::from(info.guest);
@@ -487,7 +478,7 @@ impl Policy for WasmPolicy {
         let Some(f) = self.ex.message.clone() else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
-        let Some((kind, a, b, c, util, name)) = glue::message_args(req) else {
+        let Some((kind, a, b, c, util, name)) = encode_request(req) else {
             return Reply::refused(format!("{} does not understand {req:?}", self.kind()));
         };
         let from_task = from.task.map_or(-1, |t| t.0 as i64);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use vassal_core::*;
-use vassal_module::{load, load_bytes, unload, LoadError, LoadOptions, ModuleParam, Placement, WasmPolicy};
+use vassal_module::{load, load_bytes, unload, LoadError, LoadOptions, Placement, WasmPolicy};
 
 fn module(name: &str) -> PathBuf {
     vassal_module::example_path(name).unwrap()
@@ -34,7 +34,7 @@ fn joined(d: &mut Dispatcher, sched: SchedId) -> TaskId {
 fn load_above_and_below_a_named_scheduler_then_unload_to_the_one_below() {
     let mut d = dispatcher();
     let mut opts = LoadOptions::default();
-    opts.params.insert("reserved".into(), ModuleParam::Float(0.3));
+    opts.params.insert("reserved".into(), ParamValue::Float(0.3));
     let top = load(&mut d, &module("rr"), "top", &Placement::Above("mid".into()), &opts).unwrap();
     let low = load(&mut d, &module("stride"), "low", &Placement::Below("mid".into()), &opts).unwrap();
     assert_eq!(names(&d), ["top", "mid", "low", "ts"]);
@@ -56,7 +56,7 @@ fn load_above_and_below_a_named_scheduler_then_unload_to_the_one_below() {
 fn a_refused_load_changes_nothing() {
     let mut d = dispatcher();
     let mut opts = LoadOptions::default();
-    opts.params.insert("reserved".into(), ModuleParam::Float(0.9)); // 0.2 + 0.9 > 1 CPU − 5%
+    opts.params.insert("reserved".into(), ParamValue::Float(0.9)); // 0.2 + 0.9 > 1 CPU − 5%
     let e = load(&mut d, &module("rr"), "big", &Placement::Top, &opts).unwrap_err();
     assert!(e.to_string().contains("conflicts with the hierarchy"), "{e}");
     let e = load(&mut d, &module("rr"), "x", &Placement::Below("nope".into()), &LoadOptions::default()).unwrap_err();
@@ -70,8 +70,8 @@ fn a_refused_load_changes_nothing() {
 fn a_trapping_module_is_ejected_through_eject_failed() {
     let mut d = dispatcher();
     let mut opts = LoadOptions::default();
-    opts.params.insert("fail".into(), ModuleParam::Str("trap".into()));
-    opts.params.insert("after".into(), ModuleParam::Int(0));
+    opts.params.insert("fail".into(), ParamValue::Str("trap".into()));
+    opts.params.insert("after".into(), ParamValue::Int(0));
     let id = load(&mut d, &module("broken"), "bad", &Placement::Top, &opts).unwrap();
     let a = joined(&mut d, id);
     let got = d.schedule(0, CpuId(0), Preempt::Resched).unwrap();
@@ -124,11 +124,11 @@ fn modules_that_break_the_abi_are_refused_with_the_reason() {
 #[test]
 fn a_module_reports_its_parameters_errors() {
     let mut p = BTreeMap::new();
-    p.insert("fail".into(), ModuleParam::Str("sometimes".into()));
+    p.insert("fail".into(), ParamValue::Str("sometimes".into()));
     let e = WasmPolicy::from_file(&module("broken"), 1, &p, Default::default()).err().unwrap();
     assert_eq!(e.to_string(), "the module refused its parameters: parameter 'fail': unknown failure 'sometimes'");
     let mut p = BTreeMap::new();
-    p.insert("bad=key".into(), ModuleParam::Int(1));
+    p.insert("bad=key".into(), ParamValue::Int(1));
     let e = WasmPolicy::from_file(&module("rr"), 1, &p, Default::default()).err().unwrap();
     assert!(matches!(e, LoadError::BadParam(_)), "{e}");
 }

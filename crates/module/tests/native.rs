@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use vassal_core::driver::{self, Hooks};
 use vassal_core::*;
-use vassal_module::{load, Backend, LoadOptions, ModuleParam, Placement};
+use vassal_module::{load, Backend, LoadOptions, Placement};
 
 fn native(name: &str) -> PathBuf {
     vassal_module::native_example_path(name).unwrap()
@@ -133,7 +133,7 @@ fn two_loads_of_one_native_file_are_independent_instances() {
     let rr = vassal_policies::build("rr", &BTreeMap::new()).unwrap();
     let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
     let mut opts = LoadOptions::default();
-    opts.params.insert("reserved".into(), ModuleParam::Float(0.3));
+    opts.params.insert("reserved".into(), ParamValue::Float(0.3));
     let a = load(&mut d, &native("rr"), "a", &Placement::Top, &opts).unwrap();
     let b = load(&mut d, &native("rr"), "b", &Placement::Below("a".into()), &opts).unwrap();
     let tb = d.add_task(0, TaskParams::new(), CpuSet::NONE, None, true);
@@ -153,7 +153,7 @@ fn two_loads_of_one_native_file_are_independent_instances() {
 #[test]
 fn a_native_module_refusing_its_parameters_is_refused_with_the_reason() {
     let mut p = BTreeMap::new();
-    p.insert("fail".into(), ModuleParam::Str("sometimes".into()));
+    p.insert("fail".into(), ParamValue::Str("sometimes".into()));
     let e = vassal_module::open_file(&native("broken"), 1, &p, Default::default()).err().unwrap();
     assert_eq!(e.to_string(), "the module refused its parameters: parameter 'fail': unknown failure 'sometimes'");
 }
@@ -165,8 +165,8 @@ fn a_native_module_making_an_invalid_decision_is_ejected() {
     let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
     let other = d.add_task(0, TaskParams::new(), CpuSet::NONE, None, true);
     let mut opts = LoadOptions::default();
-    opts.params.insert("fail".into(), ModuleParam::Str("not_yours".into()));
-    opts.params.insert("after".into(), ModuleParam::Int(0));
+    opts.params.insert("fail".into(), ParamValue::Str("not_yours".into()));
+    opts.params.insert("after".into(), ParamValue::Int(0));
     let id = load(&mut d, &native("broken"), "bad", &Placement::Top, &opts).unwrap();
     let mine = d.add_task(0, TaskParams::new(), CpuSet::NONE, None, true);
     assert_eq!(d.message(0, id, Sender::ROOT, mine, &Request::Join), Reply::Ok);
@@ -189,8 +189,8 @@ fn a_panicking_native_module_is_ejected_and_the_host_goes_on() {
     let rr = vassal_policies::build("rr", &BTreeMap::new()).unwrap();
     let mut d = Dispatcher::new(1, "ts", rr, HierarchyConfig::default());
     let mut opts = LoadOptions::default();
-    opts.params.insert("fail".into(), ModuleParam::Str("trap".into()));
-    opts.params.insert("after".into(), ModuleParam::Int(0));
+    opts.params.insert("fail".into(), ParamValue::Str("trap".into()));
+    opts.params.insert("after".into(), ParamValue::Int(0));
     let id = load(&mut d, &native("broken"), "bad", &Placement::Top, &opts).unwrap();
     let t = d.add_task(0, TaskParams::new(), CpuSet::NONE, None, true);
     assert_eq!(d.message(0, id, Sender::ROOT, t, &Request::Join), Reply::Ok);

@@ -1,18 +1,12 @@
 //! Policy parameters as given in a scenario or config (`params = { quantum = "10ms" }`),
-//! read by the policy builders with clear errors for wrong types and unknown keys.
+//! read by the policy builders with clear errors for wrong types and unknown keys. The
+//! value type is vassal-core's [`ParamValue`] (one type for scenarios, the agent's config
+//! and wire, and loaded modules), re-exported here under the path callers use.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use vassal_core::ParamValue;
 use vassal_core::{parse_duration, Ns};
-
-/// One parameter value, as written.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ParamValue {
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Bool(bool),
-}
 
 /// Reads parameters by name, remembering which were read so that `finish` can refuse
 /// the unknown ones.

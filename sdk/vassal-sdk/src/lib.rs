@@ -45,22 +45,20 @@
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 
+use vassal_core::abi;
+
 pub use vassal_core::{
     AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request,
     SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS, NS, SEC, US,
 };
 
-/// The ABI version this SDK speaks (the host refuses another).
-pub const ABI_VERSION: i32 = 1;
+/// The ABI version this SDK speaks (the host refuses another). The ABI's encodings are
+/// vassal-core's [`vassal_core::abi`], the very code the host uses: nothing is copied.
+pub const ABI_VERSION: i32 = abi::ABI_VERSION;
 
-/// A scheduler parameter, as written in a scenario's `params` table.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Param {
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Bool(bool),
-}
+/// A scheduler parameter, as written in a scenario's `params` table: vassal-core's
+/// `ParamValue`, the type the host and the built-in policies use.
+pub use vassal_core::ParamValue as Param;
 
 /// The scheduler's parameters, given to the builder.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -112,19 +110,7 @@ impl Params {
     }
 
     fn decode(text: &str) -> Result<Params, String> {
-        let mut map = BTreeMap::new();
-        for line in text.lines().filter(|l| !l.is_empty()) {
-            let (k, v) = line.split_once('=').ok_or_else(|| format!("malformed parameter line '{line}'"))?;
-            let (t, v) = v.split_once(':').ok_or_else(|| format!("malformed parameter value '{v}'"))?;
-            let p = match t {
-                "i" => Param::Int(v.parse().map_err(|_| format!("parameter '{k}': bad integer"))?),
-                "f" => Param::Float(v.parse().map_err(|_| format!("parameter '{k}': bad number"))?),
-                "b" => Param::Bool(v == "1"),
-                _ => Param::Str(v.to_string()),
-            };
-            map.insert(k.to_string(), p);
-        }
-        Ok(Params { map })
+        abi::decode_params(text).map(|map| Params { map })
     }
 }
 
@@ -197,7 +183,7 @@ pub mod native {
     }
 
     unsafe extern "C" fn no_task(_: *mut c_void, _: i32) -> i32 {
-        -3
+        vassal_core::abi::STATE_DEAD
     }
     unsafe extern "C" fn zero(_: *mut c_void, _: i32) -> i64 {
         0
@@ -342,17 +328,22 @@ mod host {
     }
 }
 
+/// A task's state from its ABI code (a CPU number >= 0: running there).
+fn state_of(code: i32) -> TaskState {
+    match code {
+        abi::STATE_RUNNABLE => TaskState::Runnable,
+        abi::STATE_BLOCKED => TaskState::Blocked,
+        c if c >= 0 => TaskState::Running(CpuId(c as u16)),
+        _ => TaskState::Dead,
+    }
+}
+
 /// The task view a module's `Ctx` reads: each query is a host call.
 struct HostView;
 
 impl TaskView for HostView {
     fn state(&self, task: TaskId) -> TaskState {
-        match unsafe { host::state(task.0 as i32) } {
-            -1 => TaskState::Runnable,
-            -2 => TaskState::Blocked,
-            c if c >= 0 => TaskState::Running(CpuId(c as u16)),
-            _ => TaskState::Dead,
-        }
+        state_of(unsafe { host::state(task.0 as i32) })
     }
     fn affinity(&self, task: TaskId) -> CpuSet {
         CpuSet(unsafe { host::affinity(task.0 as i32) } as u64)
@@ -518,9 +509,9 @@ pub mod rt {
 
     pub fn usage_kind() -> i32 {
         match guest().filter(|_| fault_text().is_none()).map(|g| g.usage) {
-            Some(Usage::Reserved { .. }) => 1,
-            Some(Usage::HardTime { .. }) => 2,
-            _ => 0,
+            Some(Usage::Reserved { .. }) => abi::USAGE_RESERVED,
+            Some(Usage::HardTime { .. }) => abi::USAGE_HARD_TIME,
+            _ => abi::USAGE_BEST_EFFORT,
         }
     }
     pub fn usage_ppm() -> i64 {
@@ -574,25 +565,10 @@ pub mod rt {
         r
     }
 
-    fn state_of(code: i32) -> TaskState {
-        match code {
-            -1 => TaskState::Runnable,
-            -2 => TaskState::Blocked,
-            c if c >= 0 => TaskState::Running(CpuId(c as u16)),
-            _ => TaskState::Dead,
-        }
-    }
-
     #[allow(clippy::too_many_arguments)]
     pub fn attach(now: i64, task: i32, state: i32, affinity: i64, parent: i64, guest_: i32, params_len: i32) -> i32 {
         let text = buffer_text(params_len);
-        let params: TaskParams = text
-            .lines()
-            .filter_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                Some((k.to_string(), v.strip_prefix("i:")?.parse().ok()?))
-            })
-            .collect();
+        let params = abi::decode_task_params(&text);
         let info = AttachInfo {
             state: state_of(state),
             params: &params,
@@ -616,14 +592,19 @@ pub mod rt {
 
     pub fn detach(now: i64, task: i32, why: i32) {
         let why = match why {
-            0 => Detach::Exit,
-            1 => Detach::Moved,
+            abi::DETACH_EXIT => Detach::Exit,
+            abi::DETACH_MOVED => Detach::Moved,
             _ => Detach::Released,
         };
         with(now, |p, ctx| p.on_detach(ctx, TaskId(task as u32), why))
     }
     pub fn wake(now: i64, task: i32, flags: i32, irq: i64) {
-        let w = Wake { voluntary: flags & 1 != 0, warp: flags & 2 != 0, interrupt: (irq >= 0).then_some(irq as u32), cpu: None };
+        let w = Wake {
+            voluntary: flags & abi::WAKE_VOLUNTARY != 0,
+            warp: flags & abi::WAKE_WARP != 0,
+            interrupt: (irq >= 0).then_some(irq as u32),
+            cpu: None,
+        };
         with(now, |p, ctx| p.on_wake(ctx, TaskId(task as u32), w))
     }
     pub fn block(now: i64, task: i32, voluntary: i32) {
@@ -634,8 +615,8 @@ pub mod rt {
     }
     pub fn preempt(now: i64, task: i32, cpu: i32, why: i32) {
         let why = match why {
-            0 => Preempt::SliceExpired,
-            1 => Preempt::Resched,
+            abi::PREEMPT_SLICE => Preempt::SliceExpired,
+            abi::PREEMPT_RESCHED => Preempt::Resched,
             _ => Preempt::Yield,
         };
         with(now, |p, ctx| p.on_preempt(ctx, TaskId(task as u32), CpuId(cpu as u16), why))
@@ -652,19 +633,9 @@ pub mod rt {
 
     #[allow(clippy::too_many_arguments)]
     pub fn message(now: i64, from_task: i64, uid: i32, task: i32, kind: i32, a: i64, b: i64, c: i64, util: f64, name_len: i32) {
-        let req = match kind {
-            1 => Request::Set { delay: a as u64 },
-            2 => Request::Warp { on: a != 0 },
-            3 => Request::Param { name: buffer_text(name_len), value: a },
-            4 => Request::Reserve { util, period: a as u64 },
-            5 => Request::Free,
-            6 => Request::Modify { util, period: a as u64 },
-            7 => Request::Avail,
-            8 => Request::Deadline { start: a as u64, need: b as u64, deadline: c as u64 },
-            _ => {
-                send_str_reply(&format!("unknown request kind {kind}"));
-                return;
-            }
+        let Some(req) = abi::decode_request(kind, a, b, c, util, || buffer_text(name_len)) else {
+            send_str_reply(&format!("unknown request kind {kind}"));
+            return;
         };
         let from = Sender { task: (from_task >= 0).then_some(TaskId(from_task as u32)), uid: uid as u32 };
         let reply = with(now, |p, ctx| Some(p.on_message(ctx, from, TaskId(task as u32), &req)));
@@ -674,24 +645,24 @@ pub mod rt {
         }
         unsafe {
             match reply {
-                Some(Reply::Ok) | None => host::reply(0, 0, 0, std::ptr::null(), 0),
-                Some(Reply::Value(v)) => host::reply(1, v, 0, std::ptr::null(), 0),
-                Some(Reply::Fraction { num, den }) => host::reply(2, num as i64, den as i64, std::ptr::null(), 0),
+                Some(Reply::Ok) | None => host::reply(abi::REPLY_OK, 0, 0, std::ptr::null(), 0),
+                Some(Reply::Value(v)) => host::reply(abi::REPLY_VALUE, v, 0, std::ptr::null(), 0),
+                Some(Reply::Fraction { num, den }) => host::reply(abi::REPLY_FRACTION, num as i64, den as i64, std::ptr::null(), 0),
                 Some(Reply::Refused(why)) => send_str_reply(&why),
             }
         }
     }
 
     fn send_str_reply(why: &str) {
-        unsafe { host::reply(3, 0, 0, why.as_ptr(), why.len()) }
+        unsafe { host::reply(abi::REPLY_REFUSED, 0, 0, why.as_ptr(), why.len()) }
     }
 
     pub fn pick(now: i64, cpu: i32) -> i64 {
         match with(now, |p, ctx| p.pick(ctx, CpuId(cpu as u16))) {
-            None => -1,
+            None => abi::PICK_NONE,
             Some(d) => {
                 // SAFETY: see `Global`.
-                unsafe { *MAILBOX.0.get() = d.slice.unwrap_or(u64::MAX) };
+                unsafe { *MAILBOX.0.get() = d.slice.unwrap_or(abi::SLICE_NONE) };
                 d.task.0 as i64
             }
         }
@@ -699,11 +670,11 @@ pub mod rt {
 
     pub fn refused(now: i64, cpu: i32, task: i32, slice: i64, why: i32, at: i32) {
         let why = match why {
-            0 => Refusal::NoSuchTask,
-            1 => Refusal::NotYours,
-            2 => Refusal::NotRunnable,
-            3 => Refusal::RunningElsewhere(CpuId(at.max(0) as u16)),
-            4 => Refusal::NotAllowed,
+            abi::REFUSAL_NO_SUCH_TASK => Refusal::NoSuchTask,
+            abi::REFUSAL_NOT_YOURS => Refusal::NotYours,
+            abi::REFUSAL_NOT_RUNNABLE => Refusal::NotRunnable,
+            abi::REFUSAL_RUNNING_ELSEWHERE => Refusal::RunningElsewhere(CpuId(at.max(0) as u16)),
+            abi::REFUSAL_NOT_ALLOWED => Refusal::NotAllowed,
             _ => Refusal::ZeroSlice,
         };
         let d = Decision { task: TaskId(task as u32), slice: (slice >= 0).then_some(slice as u64) };

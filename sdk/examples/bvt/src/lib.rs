@@ -7,25 +7,12 @@
 //! CPU share declared to the hierarchy, in CPUs; default 0.5).
 
 use std::collections::BTreeMap;
-use vassal_policies::ParamValue;
 use vassal_sdk::*;
 
 fn build(p: &Params, _ncpus: u16) -> Result<Setup, String> {
     let usage = p.reserved_usage(0.5)?;
-    let map: BTreeMap<String, ParamValue> = p
-        .map
-        .iter()
-        .filter(|(k, _)| k.as_str() != "reserved")
-        .map(|(k, v)| {
-            let v = match v {
-                Param::Int(i) => ParamValue::Int(*i),
-                Param::Float(f) => ParamValue::Float(*f),
-                Param::Str(s) => ParamValue::Str(s.clone()),
-                Param::Bool(b) => ParamValue::Bool(*b),
-            };
-            (k.clone(), v)
-        })
-        .collect();
+    let map: BTreeMap<String, Param> =
+        p.map.iter().filter(|(k, _)| k.as_str() != "reserved").map(|(k, v)| (k.clone(), v.clone())).collect();
     let policy = vassal_policies::build("bvt", &map)?;
     Ok(Setup { policy, usage })
 }
