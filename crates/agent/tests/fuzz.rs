@@ -370,6 +370,11 @@ fn root_cannot_make_the_agent_manage_the_mechanism() {
     for &pid in &pids {
         for params in [BTreeMap::new(), [("warp".to_string(), 20_000_000)].into()] {
             let answer = handle(&sh, root, Call::Join { pid, sched: None, params });
+            // A thread listed above (another test's, a kernel worker) may have exited since.
+            let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if gone && matches!(&answer, Answer::Refused { reason } if reason.contains("no process")) {
+                continue;
+            }
             assert!(
                 matches!(&answer, Answer::Refused { reason } if reason.contains("never managed") || reason.contains("a thread of process")),
                 "root's join of {pid}: {answer:?}"
