@@ -353,10 +353,8 @@ fn a_reservation_is_enforced() {
     assert!(held, "the reserved task was never held (stopped) outside its slots");
     assert!(released.is_some(), "the reserved task was left stopped or not restored after the agent exited");
     // The slot ends are exact to the dispatcher's wake-up latency (p99 ~60 µs), and held
-    // outside them the task gets nothing more (measured 2026-11-22: 0.250 and 0.500 on a
-    // quiet and on a busy machine; before the hold, SCHED_IDLE alone let the kernel's
-    // EEVDF give it a 4 ms kernel tick in about a third of the periods: 0.29-0.32 and
-    // 0.55-0.65 on a quiet machine). The margin, 0.02 (0.4 ms per 20 ms period), holds
+    // outside them the task gets nothing more (the measurements, with and without the
+    // hold: docs/measurements/agent-2026-11-22.md, run F). The margin, 0.02 (0.4 ms per 20 ms period), holds
     // a host stall of the VM (1-30 ms now and then) inside the 2-3 s of measurement; the
     // target, one 1 ms tick per period, would be 0.05.
     for (want, got) in [(0.25, reserved_share), (0.5, modified_share)] {
