@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # What the full suite needs, installed when this can (root with apt): clang compiles the
 # agent's BPF event source (crates/agent/bpf, by build.rs; without it the agent polls
 # /proc and the BPF-only tests skip), Chromium renders the HTML reports
-# (crates/sim/tests/html_report.rs; without it that check skips).
+# (crates/lab/tests/html_report.rs; without it that check skips).
 missing=()
 command -v clang >/dev/null 2>&1 || missing+=(clang)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

@@ -19,7 +19,7 @@ use crate::fmt::{esc, fmt_ms, num};
 use crate::svg::{self, colour, Range, Series};
 use vassal_sim::engine::Trace;
 use vassal_sim::model::Scenario;
-use vassal_sim::report::Report;
+use vassal_sim::report::{Column, Report};
 
 /// The close-up window of a run: 300 ms is 30 mcu at BVT's default 10 ms mcu, the span
 /// of paper 001's Figures 1–4.
@@ -165,31 +165,23 @@ fn virtual_time_figures(sc: &Scenario, trace: &Trace) -> String {
     o
 }
 
+/// The per-task table, the text report's columns (`Report::task_table`).
 fn task_table(report: &Report) -> String {
-    let mut o = String::from(
-        "<table><tr><th>task</th><th>scheduler</th><th class=num>CPU ms</th><th class=num>share</th><th class=num>latency p50 ms</th><th class=num>p99</th><th class=num>max</th><th class=num>response p50 ms</th><th class=num>max</th><th class=num>jobs met</th><th class=num>missed</th><th class=num>switches</th><th class=num>migrations</th></tr>\n",
-    );
-    let ms = |ns: u64| num(ns as f64 / 1e6);
-    for t in &report.tasks {
-        let _ = writeln!(
-            o,
-            "<tr><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{:.2}%</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr>",
-            esc(&t.name),
-            esc(&t.scheduler),
-            ms(t.cpu_ns),
-            t.share * 100.0,
-            ms(t.latency.p50_ns),
-            ms(t.latency.p99_ns),
-            ms(t.latency.max_ns),
-            ms(t.response.p50_ns),
-            ms(t.response.max_ns),
-            t.jobs_met,
-            t.jobs_missed,
-            t.switches,
-            t.migrations
-        );
+    let table = report.task_table();
+    let class = |c: &Column| if c.numeric { " class=num" } else { "" };
+    let mut o = String::from("<table><tr>");
+    for c in &table.columns {
+        let _ = write!(o, "<th{}>{}</th>", class(c), esc(c.head));
     }
-    o.push_str("</table>\n");
+    o.push_str("</tr>\n");
+    for row in &table.rows {
+        o.push_str("<tr>");
+        for (cell, c) in row.iter().zip(&table.columns) {
+            let _ = write!(o, "<td{}>{}</td>", class(c), esc(cell));
+        }
+        o.push_str("</tr>\n");
+    }
+    o.push_str("</table>\n<p>latency = runnable → running; times in ms</p>\n");
     o
 }
 

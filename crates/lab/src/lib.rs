@@ -16,6 +16,9 @@
 //!    `svg`, `fmt`);
 //! 4. `repro` (experiment files: simulated, computed or sweeps; uses `sweep`, `metric`,
 //!    `expect`, `rtserver_repro`).
+//!
+//! The per-task table of a run is vassal-sim's (`Report::task_table`): one definition of
+//! its columns for the text report there and the HTML page here.
 
 pub mod chrome_trace;
 pub mod expect;

@@ -18,41 +18,9 @@ use vassal_sim::engine::Trace;
 use vassal_sim::model::Scenario;
 use vassal_sim::report::{Report, TaskReport};
 
+/// A task's FIELD: the task report's own names (`TaskReport::field`).
 fn task_field(t: &TaskReport, field: &str) -> Result<f64, String> {
-    let ms = |ns: u64| ns as f64 / 1e6;
-    Ok(match field {
-        "share" => t.share,
-        "cpu_frac" => t.cpu_frac,
-        "cpu_ms" => ms(t.cpu_ns),
-        "latency_p50_ms" => ms(t.latency.p50_ns),
-        "latency_p99_ms" => ms(t.latency.p99_ns),
-        "latency_max_ms" => ms(t.latency.max_ns),
-        "latency_mean_ms" => ms(t.latency.mean_ns),
-        "response_p50_ms" => ms(t.response.p50_ns),
-        "response_p99_ms" => ms(t.response.p99_ns),
-        "response_max_ms" => ms(t.response.max_ns),
-        "response_mean_ms" => ms(t.response.mean_ns),
-        "responses" => t.response.count as f64,
-        "jobs_met" => t.jobs_met as f64,
-        "jobs_missed" => t.jobs_missed as f64,
-        "miss_ratio" => {
-            let n = t.jobs_met + t.jobs_missed;
-            if n == 0 {
-                0.0
-            } else {
-                t.jobs_missed as f64 / n as f64
-            }
-        }
-        "lateness_max_ms" => ms(t.lateness.max_ns),
-        "switches" => t.switches as f64,
-        "migrations" => t.migrations as f64,
-        "iterations" => t.iterations.count as f64,
-        "iter_min_us" => t.iterations.min_ns as f64 / 1e3,
-        "iter_max_us" => t.iterations.max_ns as f64 / 1e3,
-        "iter_mean_us" => t.iterations.mean_ns as f64 / 1e3,
-        "iter_sd_us" => t.iterations.sd_ns as f64 / 1e3,
-        _ => return Err(format!("unknown task metric '{field}'")),
-    })
+    t.field(field).ok_or_else(|| format!("unknown task metric '{field}'"))
 }
 
 fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {

@@ -65,25 +65,33 @@ fn computed_metrics(kind: &str, input: &toml::Table) -> Result<BTreeMap<String, 
     }
 }
 
+/// The input of `kind = "bvt_plan"` (paper 001 §6.1).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BvtPlanInput {
+    /// "bvt_plan", read by `computed_metrics`.
+    #[serde(rename = "kind")]
+    _kind: String,
+    /// Percent: integers, decimals or strings like "100/3" (`plan::parse_share`).
+    #[serde(default)]
+    shares: Vec<toml::Value>,
+    c_mcu: u64,
+    mcu: Option<String>,
+    #[serde(default)]
+    priorities: Vec<u32>,
+    #[serde(default)]
+    warp_limits: Vec<String>,
+}
+
 /// `kind = "bvt_plan"` (paper 001 §6.1): `shares` (percent: integers, decimals or strings
 /// like "100/3"), `c_mcu` (C in mcu), optional `mcu` ("10ms"), `priorities` and
 /// `warp_limits` (durations, "0ms" = no limit). Metrics: see
 /// [`vassal_policies::bvt::plan::metrics`].
 fn bvt_plan_metrics(input: &toml::Table) -> Result<BTreeMap<String, f64>, String> {
     use vassal_policies::bvt::plan as bvt_plan;
-    for k in input.keys() {
-        if !["kind", "shares", "c_mcu", "mcu", "priorities", "warp_limits"].contains(&k.as_str()) {
-            return Err(format!("bvt_plan: unknown input '{k}' (expected shares, c_mcu, mcu, priorities, warp_limits)"));
-        }
-    }
-    let array = |key: &str| -> Result<Vec<toml::Value>, String> {
-        match input.get(key) {
-            None => Ok(Vec::new()),
-            Some(toml::Value::Array(a)) => Ok(a.clone()),
-            Some(v) => Err(format!("bvt_plan: '{key}' must be an array, found {v}")),
-        }
-    };
-    let shares = array("shares")?
+    let input: BvtPlanInput = input.clone().try_into().map_err(|e: toml::de::Error| format!("bvt_plan: {}", e.message()))?;
+    let shares = input
+        .shares
         .iter()
         .map(|v| match v {
             toml::Value::Integer(i) if *i >= 0 => bvt_plan::parse_share(&i.to_string()),
@@ -94,31 +102,16 @@ fn bvt_plan_metrics(input: &toml::Table) -> Result<BTreeMap<String, f64>, String
             other => Err(format!("bvt_plan: share {other} is not a non-negative number")),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let c_mcu = match input.get("c_mcu") {
-        Some(toml::Value::Integer(i)) if *i >= 0 => *i as u64,
-        Some(v) => return Err(format!("bvt_plan: 'c_mcu' must be a non-negative integer, found {v}")),
-        None => return Err("bvt_plan: needs c_mcu (C in mcu)".into()),
-    };
-    let mcu = match input.get("mcu") {
+    let mcu = match &input.mcu {
         None => 10 * vassal_core::MS,
-        Some(toml::Value::String(s)) => vassal_core::parse_duration(s).map_err(|e| format!("bvt_plan: mcu: {e}"))?,
-        Some(v) => return Err(format!("bvt_plan: 'mcu' must be a duration like \"10ms\", found {v}")),
+        Some(s) => vassal_core::parse_duration(s).map_err(|e| format!("bvt_plan: mcu: {e}"))?,
     };
-    let priorities = array("priorities")?
+    let limits = input
+        .warp_limits
         .iter()
-        .map(|v| match v {
-            toml::Value::Integer(i) if (0..=u32::MAX as i64).contains(i) => Ok(*i as u32),
-            other => Err(format!("bvt_plan: priority {other} is not a non-negative integer")),
-        })
+        .map(|s| vassal_core::parse_duration(s).map_err(|e| format!("bvt_plan: warp limit: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let limits = array("warp_limits")?
-        .iter()
-        .map(|v| match v {
-            toml::Value::String(s) => vassal_core::parse_duration(s).map_err(|e| format!("bvt_plan: warp limit: {e}")),
-            other => Err(format!("bvt_plan: warp limit {other} must be a duration like \"20ms\"")),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let plan = bvt_plan::plan(&shares, c_mcu, &priorities, &limits, mcu)?;
+    let plan = bvt_plan::plan(&shares, input.c_mcu, &input.priorities, &limits, mcu)?;
     Ok(bvt_plan::metrics(&plan).into_iter().map(|(k, v)| (k, v as f64)).collect())
 }
 

@@ -64,6 +64,17 @@ fn sim_page_is_self_contained_and_has_the_figures() {
     for task in &sc.tasks {
         assert!(page.contains(&task.name));
     }
+    // The task table: the text report's columns and cells (one table for both).
+    let table = r.task_table();
+    let text = r.to_table();
+    for c in &table.columns {
+        assert!(page.contains(&format!(">{}</th>", c.head)) && text.contains(c.head), "column {} missing", c.head);
+    }
+    for row in &table.rows {
+        let cells: String =
+            row.iter().zip(&table.columns).map(|(v, c)| format!("<td{}>{v}</td>", if c.numeric { " class=num" } else { "" })).collect();
+        assert!(page.contains(&format!("<tr>{cells}</tr>")), "row {} missing", row[0]);
+    }
     // A policy without virtual times: no virtual-time plots.
     let (sc, r, t) = traced("experiments/baselines/wrr-weights.toml");
     assert!(t.vtimes.is_empty());

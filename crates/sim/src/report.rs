@@ -33,6 +33,141 @@ pub struct TaskReport {
     pub refused_messages: u64,
 }
 
+impl TaskReport {
+    /// The task's number named `field`, as the metric language reads it
+    /// (`task.NAME.FIELD`, docs/repro.md "Metrics"): times in ms (iteration periods in
+    /// µs), counts as numbers, shares as fractions. None for an unknown name.
+    pub fn field(&self, field: &str) -> Option<f64> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        Some(match field {
+            "share" => self.share,
+            "cpu_frac" => self.cpu_frac,
+            "cpu_ms" => ms(self.cpu_ns),
+            "latency_p50_ms" => ms(self.latency.p50_ns),
+            "latency_p99_ms" => ms(self.latency.p99_ns),
+            "latency_max_ms" => ms(self.latency.max_ns),
+            "latency_mean_ms" => ms(self.latency.mean_ns),
+            "response_p50_ms" => ms(self.response.p50_ns),
+            "response_p99_ms" => ms(self.response.p99_ns),
+            "response_max_ms" => ms(self.response.max_ns),
+            "response_mean_ms" => ms(self.response.mean_ns),
+            "responses" => self.response.count as f64,
+            "jobs_met" => self.jobs_met as f64,
+            "jobs_missed" => self.jobs_missed as f64,
+            "miss_ratio" => {
+                let n = self.jobs_met + self.jobs_missed;
+                if n == 0 {
+                    0.0
+                } else {
+                    self.jobs_missed as f64 / n as f64
+                }
+            }
+            "lateness_max_ms" => ms(self.lateness.max_ns),
+            "switches" => self.switches as f64,
+            "migrations" => self.migrations as f64,
+            "iterations" => self.iterations.count as f64,
+            "iter_min_us" => self.iterations.min_ns as f64 / 1e3,
+            "iter_max_us" => self.iterations.max_ns as f64 / 1e3,
+            "iter_mean_us" => self.iterations.mean_ns as f64 / 1e3,
+            "iter_sd_us" => self.iterations.sd_ns as f64 / 1e3,
+            _ => return None,
+        })
+    }
+}
+
+/// How a per-task table cell is written.
+#[derive(Clone, Copy, Debug)]
+enum Cell {
+    Name,
+    Scheduler,
+    /// A task field in ms, three decimals.
+    Ms(&'static str),
+    /// A fraction as a percentage, two decimals.
+    Percent(&'static str),
+    /// A count.
+    Count(&'static str),
+}
+
+/// A column of the per-task table: its heading, whether it holds numbers (right-aligned)
+/// and its least width in the text report.
+#[derive(Clone, Copy, Debug)]
+pub struct Column {
+    pub head: &'static str,
+    pub numeric: bool,
+    pub width: usize,
+}
+
+/// The per-task table's columns, each with its cell. Responses show p50, p99 and max,
+/// as latencies do.
+const TASK_COLUMNS: [(Column, Cell); 14] = {
+    const fn text(head: &'static str, width: usize) -> Column {
+        Column { head, numeric: false, width }
+    }
+    const fn num(head: &'static str, width: usize) -> Column {
+        Column { head, numeric: true, width }
+    }
+    [
+        (text("task", 16), Cell::Name),
+        (text("sched", 10), Cell::Scheduler),
+        (num("cpu ms", 11), Cell::Ms("cpu_ms")),
+        (num("share", 7), Cell::Percent("share")),
+        (num("lat p50", 10), Cell::Ms("latency_p50_ms")),
+        (num("lat p99", 10), Cell::Ms("latency_p99_ms")),
+        (num("lat max", 10), Cell::Ms("latency_max_ms")),
+        (num("resp p50", 10), Cell::Ms("response_p50_ms")),
+        (num("resp p99", 10), Cell::Ms("response_p99_ms")),
+        (num("resp max", 10), Cell::Ms("response_max_ms")),
+        (num("met", 7), Cell::Count("jobs_met")),
+        (num("missed", 7), Cell::Count("jobs_missed")),
+        (num("switches", 9), Cell::Count("switches")),
+        (num("migr", 7), Cell::Count("migrations")),
+    ]
+};
+
+/// The per-task table of a report, as the text report and the HTML page (vassal-lab)
+/// show it: the columns, then a row of cells per task, in task order.
+#[derive(Clone, Debug)]
+pub struct TaskTable {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl TaskTable {
+    fn of(tasks: &[TaskReport]) -> TaskTable {
+        let cell = |t: &TaskReport, c: Cell| {
+            let f = |name| t.field(name).unwrap_or(f64::NAN);
+            match c {
+                Cell::Name => t.name.clone(),
+                Cell::Scheduler => t.scheduler.clone(),
+                Cell::Ms(name) => format!("{:.3}", f(name)),
+                Cell::Percent(name) => format!("{:.2}%", f(name) * 100.0),
+                Cell::Count(name) => format!("{}", f(name)),
+            }
+        };
+        TaskTable {
+            columns: TASK_COLUMNS.iter().map(|(c, _)| *c).collect(),
+            rows: tasks.iter().map(|t| TASK_COLUMNS.iter().map(|&(_, c)| cell(t, c)).collect()).collect(),
+        }
+    }
+
+    /// The table as text: a heading line, then a line per task; each cell padded to its
+    /// column's width (numbers right-aligned), one space between cells.
+    pub fn to_text(&self) -> String {
+        let line = |cells: &mut dyn Iterator<Item = &str>| {
+            let cells: Vec<String> = cells
+                .zip(&self.columns)
+                .map(|(s, c)| if c.numeric { format!("{s:>w$}", w = c.width) } else { format!("{s:<w$}", w = c.width) })
+                .collect();
+            cells.join(" ") + "\n"
+        };
+        let mut o = line(&mut self.columns.iter().map(|c| c.head));
+        for r in &self.rows {
+            o += &line(&mut r.iter().map(String::as_str));
+        }
+        o
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuReport {
     pub cpu: u16,
@@ -122,6 +257,11 @@ impl Report {
         self.tasks.iter().find(|t| t.name == name)
     }
 
+    /// The per-task table (the text report's and the HTML page's).
+    pub fn task_table(&self) -> TaskTable {
+        TaskTable::of(&self.tasks)
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a report always serialises")
     }
@@ -134,42 +274,8 @@ impl Report {
         for s in &self.schedulers {
             let _ = writeln!(o, "  {:<16} {:<6} {:<34} decided {:>9} refused {:>6}", s.name, s.kind, s.usage, s.decided, s.refused);
         }
-        let _ = writeln!(
-            o,
-            "\n{:<16} {:<10} {:>11} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>7}",
-            "task",
-            "sched",
-            "cpu ms",
-            "share",
-            "lat p50",
-            "lat p99",
-            "lat max",
-            "resp p50",
-            "resp p99",
-            "met",
-            "missed",
-            "switches",
-            "migr"
-        );
-        for t in &self.tasks {
-            let _ = writeln!(
-                o,
-                "{:<16} {:<10} {:>11} {:>6.2}% {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>7}",
-                t.name,
-                t.scheduler,
-                ms(t.cpu_ns),
-                t.share * 100.0,
-                ms(t.latency.p50_ns),
-                ms(t.latency.p99_ns),
-                ms(t.latency.max_ns),
-                ms(t.response.p50_ns),
-                ms(t.response.p99_ns),
-                t.jobs_met,
-                t.jobs_missed,
-                t.switches,
-                t.migrations
-            );
-        }
+        o.push('\n');
+        o.push_str(&self.task_table().to_text());
         let _ = writeln!(o, "(latency = runnable → running; times in ms)\n");
         let _ = writeln!(o, "{:<6} {:>12} {:>12} {:>12} {:>8}", "cpu", "busy ms", "overhead ms", "idle ms", "util");
         for c in &self.cpus {
