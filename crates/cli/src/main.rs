@@ -1,7 +1,6 @@
 //! The `vassal` command: a thin front end over vassal-sim, vassal-lab and vassal-policies.
 
 mod agent_cmd;
-mod bench;
 mod report_cmd;
 mod sweep;
 
@@ -278,7 +277,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Run(a) => agent_cmd::run(a),
         Cmd::Ctl(a) => agent_cmd::ctl(a),
         Cmd::Bench { json, quick } => {
-            let b = bench::run(quick)?;
+            let b = vassal_lab::bench::run(quick)?;
             if json {
                 println!("{}", serde_json::to_string(&b.json())?);
             } else {

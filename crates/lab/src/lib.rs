@@ -1,14 +1,15 @@
 //! vassal-lab: what runs and presents experiments, apart from the product (the simulator
 //! in vassal-sim, the agent in vassal-agent): the paper reproductions (`vassal repro`,
-//! simulated and `--real`), sweeps (`vassal sweep`), and their reports — HTML pages, SVG
-//! charts and Chrome JSON traces.
+//! simulated and `--real`), sweeps (`vassal sweep`), the benchmark (`vassal bench`), and
+//! their reports — HTML pages, SVG charts and Chrome JSON traces.
 //!
 //! The modules are layered; each imports only modules of lower layers, never a sibling
 //! or a higher one (so there is no import circle):
 //!
 //! 0. `fmt` (number and text formatting), `expect` (an experiment's rows and results:
 //!    data), `metric` (the metric language: report paths and expressions);
-//! 1. `svg` (charts; uses `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
+//! 1. `bench` (`vassal bench`: simulator speed and decision costs), `svg` (charts; uses
+//!    `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
 //!    (computed rtserver tables), `real` (the real-process experiments, over the
 //!    agent's client);
 //! 2. `html` (the report pages; uses `svg`, `fmt`, `expect`);
@@ -20,6 +21,7 @@
 //! The per-task table of a run is vassal-sim's (`Report::task_table`): one definition of
 //! its columns for the text report there and the HTML page here.
 
+pub mod bench;
 pub mod chrome_trace;
 pub mod expect;
 pub mod fmt;
