@@ -407,10 +407,9 @@ fn cont_row(mut r: RealRow) -> RealRow {
         r.known_difference = Some(
             "the experiment has no unmanaged load of its own, but cont runs at SCHED_OTHER when BVT selects it (and at \
              SCHED_IDLE, parked, while rt or int hold CPU 0 and until the agent's next pass after they block), so it \
-             shares CPU 0 with whatever else runs on this machine; the paper's BVT owned its CPU. Measured 2026-11-22 \
-             with the same binary: 65.3-65.5% (Table 4) and 62.6-64.5% (Table 5) when the rest of the machine was \
-             weighted down (the experiment's session at autogroup nice -20), 50.6% and 42.3% beside other builds \
-             (load average 7). With best_effort_run = \"fifo\" it gets its share, but then CPU 0 is 100% real-time and \
+             shares CPU 0 with whatever else runs on this machine; the paper's BVT owned its CPU (on a quiet machine \
+             and beside other builds: docs/measurements/agent-2026-11-22.md, run F). With best_effort_run = \"fifo\" \
+             it gets its share, but then CPU 0 is 100% real-time and \
              the kernel's RT throttling (95%) stalls rt and int for 50 ms each second"
                 .into(),
         );
