@@ -1,0 +1,526 @@
+//! Task behaviours: what each task does next ([`Sim::step`]: bursts, jobs, frames,
+//! phases of a script, interrupts), what happens when a burst completes, when a task
+//! wakes, blocks (with hand-off), exits or turns into a runaway loop, job releases,
+//! interrupt delivery, and the messages tasks send to their schedulers.
+//!
+//! Invariant: a task's `wait` says why it is not runnable (`Wait::None` exactly when
+//! the dispatcher has it runnable or running), and all its random draws come from its
+//! own RNG, in the order its behaviour makes them.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::Distribution;
+use vassal_core::{Block, CpuId, Ns, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
+
+use super::queue::{Ev, Timer};
+use super::{randres, MarkKind, Sim, FOREVER};
+use crate::model::{Behaviour, Dist, Phase};
+
+/// What the current burst of work is for, to record its response when it completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Work {
+    Plain,
+    Job {
+        release: Ns,
+        deadline: Ns,
+    },
+    /// A player's frame, to be shown at `ideal`.
+    Frame {
+        ideal: Ns,
+    },
+    Burst {
+        start: Ns,
+    },
+    Irq {
+        arrival: Ns,
+    },
+}
+
+/// What a task not running or runnable waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wait {
+    None,
+    NotStarted,
+    Timer { voluntary: bool },
+    Job,
+    Interrupt,
+    Exited,
+}
+
+pub(super) struct SimTask {
+    pub(super) id: TaskId,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) remaining: Ns,
+    pub(super) work: Work,
+    pub(super) wait: Wait,
+    pub(super) phase: usize,
+    pub(super) timer_target: Option<Ns>,
+    pub(super) jobs: VecDeque<(Ns, Ns)>,
+    pub(super) released: u64,
+    pub(super) irqs: VecDeque<Ns>,
+    pub(super) looping: bool,
+    /// Its current block is a long (terminal) wait, not a short I/O (paper 004 §2).
+    pub(super) waiting: bool,
+    /// Per script phase: how many times a `times` phase has sent the script back.
+    pub(super) loops: Vec<u64>,
+    pub(super) randres: randres::State,
+    /// During a `RunWall` phase: the real time at which it ends.
+    pub(super) run_until: Option<Ns>,
+    /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
+    pub(super) rt_timers: Vec<Option<Ns>>,
+}
+
+/// What a task does next, decided by its behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Run,
+    Yield,
+    Block { voluntary: bool, wake_at: Option<Ns>, hand_off: Option<usize> },
+    Exit,
+}
+
+pub(super) fn sample(d: &Dist, rng: &mut ChaCha8Rng) -> Ns {
+    match *d {
+        Dist::Const(v) => v,
+        Dist::Uniform(lo, hi) => rng.gen_range(lo.min(hi)..=hi.max(lo)),
+        Dist::Exp(mean) => {
+            if mean == 0 {
+                return 0;
+            }
+            let e = rand_distr::Exp1;
+            let x: f64 = e.sample(rng);
+            (x * mean as f64).round().min(u64::MAX as f64 / 2.0) as Ns
+        }
+        Dist::Normal(mean, sd) => {
+            let z: f64 = rand_distr::StandardNormal.sample(rng);
+            (mean as f64 + z * sd as f64).round().max(0.0) as Ns
+        }
+    }
+}
+
+pub(super) fn rng_for(seed: u64, salt: u64, index: u64) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index);
+    r
+}
+
+impl Sim {
+    /// Sends a message from task `i` to the scheduler named `to`, about task `about`
+    /// (None: task `i` itself).
+    pub(super) fn send(&mut self, i: usize, to: &str, req: Request) -> Reply {
+        self.send_about(i, None, to, req)
+    }
+
+    pub(super) fn send_about(&mut self, i: usize, about: Option<usize>, to: &str, req: Request) -> Reply {
+        let spec = &self.sc.tasks[i];
+        let from = Sender { task: Some(self.tasks[i].id), uid: spec.uid };
+        let subject = self.tasks[about.unwrap_or(i)].id;
+        let sched = match req {
+            Request::Leave => self.drv.disp.owner(self.tasks[i].id),
+            _ => self.drv.disp.lookup(to),
+        };
+        self.metrics.tasks[i].messages += 1;
+        self.kernel.syscalls += 1;
+        let reply = match sched {
+            Some(s) => {
+                self.settle_all();
+                self.drv.disp.message(self.now, s, from, subject, &req)
+            }
+            None => Reply::refused(format!("no scheduler named '{to}' is loaded")),
+        };
+        if let Reply::Refused(why) = &reply {
+            self.metrics.tasks[i].refused_messages += 1;
+            let name = self.sc.tasks[i].name.clone();
+            self.metrics.note(self.now, format!("{name}: {req:?} to '{to}' refused: {why}"));
+        }
+        reply
+    }
+
+    // ----- task behaviour -----
+
+    /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
+    pub(super) fn step(&mut self, i: usize) -> Step {
+        let now = self.now;
+        self.tasks[i].waiting = false;
+        if self.tasks[i].looping {
+            let t = &mut self.tasks[i];
+            t.remaining = FOREVER;
+            t.work = Work::Plain;
+            return Step::Run;
+        }
+        let behaviour = &self.sc.tasks[i].behaviour;
+        let t = &mut self.tasks[i];
+        match behaviour {
+            Behaviour::Cpu { work } => {
+                if t.phase == 0 {
+                    t.phase = 1;
+                    t.remaining = work.unwrap_or(FOREVER);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    Step::Exit
+                }
+            }
+            Behaviour::Periodic { exec, jobs, .. } => {
+                if let Some(&(release, deadline)) = t.jobs.front() {
+                    t.remaining = sample(exec, &mut t.rng);
+                    t.work = Work::Job { release, deadline };
+                    Step::Run
+                } else if jobs.is_some_and(|n| t.released >= n) {
+                    Step::Exit
+                } else {
+                    t.wait = Wait::Job;
+                    Step::Block { voluntary: true, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Player { period, offset, exec, .. } => {
+                // phase 2: the decoded frame waits for its display time (the next ideal
+                // time minus one period); otherwise decode the next frame.
+                if t.phase == 2 {
+                    t.phase = 1;
+                    let show = t.timer_target.map_or(now, |next| next - period);
+                    return Step::Block { voluntary: true, wake_at: Some(show), hand_off: None };
+                }
+                t.phase = 1;
+                let ideal = *t.timer_target.get_or_insert(now.saturating_add(*offset).saturating_add(*period));
+                t.remaining = sample(exec, &mut t.rng);
+                t.work = Work::Frame { ideal };
+                Step::Run
+            }
+            Behaviour::Interactive { burst, think } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(burst, &mut t.rng);
+                    t.work = Work::Burst { start: now };
+                    Step::Run
+                } else {
+                    let wake_at = now.saturating_add(sample(think, &mut t.rng));
+                    Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None }
+                }
+            }
+            Behaviour::Io { run, sleep, voluntary } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(run, &mut t.rng);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    let wake_at = now.saturating_add(sample(sleep, &mut t.rng));
+                    Step::Block { voluntary: *voluntary, wake_at: Some(wake_at), hand_off: None }
+                }
+            }
+            Behaviour::Handler { work, .. } => {
+                if let Some(arrival) = t.irqs.pop_front() {
+                    t.remaining = sample(work, &mut t.rng);
+                    t.work = Work::Irq { arrival };
+                    Step::Run
+                } else {
+                    t.wait = Wait::Interrupt;
+                    Step::Block { voluntary: true, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Script { .. } => self.step_script(i),
+            Behaviour::Randres(_) => self.step_randres(i),
+        }
+    }
+
+    pub(super) fn step_script(&mut self, i: usize) -> Step {
+        let sc = Arc::clone(&self.sc);
+        let Behaviour::Script { phases, repeat } = &sc.tasks[i].behaviour else { unreachable!() };
+        let (len, repeat) = (phases.len(), *repeat);
+        // A script whose whole loop takes no time would spin forever at one instant.
+        for _ in 0..=2 * len {
+            let now = self.now;
+            let t = &mut self.tasks[i];
+            if t.phase >= len {
+                if !repeat || len == 0 {
+                    return Step::Exit;
+                }
+                t.phase = 0;
+            }
+            let phase = &phases[t.phase];
+            t.phase += 1;
+            t.run_until = None;
+            match phase {
+                Phase::Run(d) => {
+                    t.remaining = sample(d, &mut t.rng);
+                    t.work = Work::Plain;
+                    return Step::Run;
+                }
+                Phase::Sleep(d) => {
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
+                }
+                Phase::Terminal(d) => {
+                    t.waiting = true;
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
+                }
+                &Phase::Times(k) => {
+                    let p = t.phase - 1;
+                    if t.loops.len() <= p {
+                        t.loops.resize(p + 1, 0);
+                    }
+                    t.loops[p] += 1;
+                    if t.loops[p] < k {
+                        t.phase = 0;
+                    } else {
+                        t.loops[p] = 0;
+                    }
+                }
+                Phase::Fault(d) => {
+                    let wake_at = now.saturating_add(sample(d, &mut t.rng));
+                    return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
+                }
+                &Phase::Timer(period) => {
+                    self.metrics.iteration(i, false, now);
+                    let t = &mut self.tasks[i];
+                    let mut target = t.timer_target.map_or(now, |p| p).saturating_add(period);
+                    if target < now {
+                        // missed expiries are skipped: the next one after now
+                        target = target.saturating_add((now - target).div_ceil(period.max(1)).saturating_mul(period));
+                    }
+                    t.timer_target = Some(target);
+                    return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
+                }
+                Phase::Yield => {
+                    t.remaining = 0;
+                    return Step::Yield;
+                }
+                Phase::RunWall(d) => {
+                    let wall = sample(d, &mut t.rng);
+                    t.remaining = wall;
+                    t.run_until = Some(now.saturating_add(wall));
+                    t.work = Work::Plain;
+                    return Step::Run;
+                }
+                &Phase::RtTimer { period, relative, timer } => {
+                    self.metrics.iteration(i, false, now);
+                    let t = &mut self.tasks[i];
+                    if t.rt_timers.len() <= timer {
+                        t.rt_timers.resize(timer + 1, None);
+                    }
+                    let next = t.rt_timers[timer].unwrap_or(now).saturating_add(period);
+                    if now < next {
+                        t.rt_timers[timer] = Some(next);
+                        return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
+                    }
+                    // late: no sleep (rt-app); relative mode restarts the timer from now
+                    t.rt_timers[timer] = Some(if relative { now } else { next });
+                }
+                Phase::HandOff { to, sleep } => {
+                    let wake_at = now.saturating_add(sample(sleep, &mut t.rng));
+                    let hand_off = self.task_index.get(to).copied();
+                    return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off };
+                }
+                Phase::Send(s) => {
+                    if matches!(s.request, Request::Set { .. }) {
+                        self.metrics.iteration(i, true, now);
+                    }
+                    let about = s.task.as_ref().and_then(|n| self.task_index.get(n).copied());
+                    let req = match s.request {
+                        // A script's deadline request is relative to when it is sent.
+                        Request::Deadline { start, need, deadline } => {
+                            Request::Deadline { start: now.saturating_add(start), need, deadline: now.saturating_add(deadline) }
+                        }
+                        ref r => r.clone(),
+                    };
+                    self.send_about(i, about, &s.to, req);
+                }
+                Phase::Join(name) => {
+                    self.send(i, name, Request::Join);
+                }
+                Phase::Leave => {
+                    self.send(i, "", Request::Leave);
+                }
+            }
+        }
+        let name = self.sc.tasks[i].name.clone();
+        self.metrics.note(self.now, format!("{name}: script makes no progress; task exits"));
+        Step::Exit
+    }
+
+    /// Records the response of the burst that just completed.
+    pub(super) fn complete(&mut self, i: usize) {
+        let now = self.now;
+        match self.tasks[i].work {
+            Work::Plain => {}
+            Work::Job { release, deadline } => {
+                self.tasks[i].jobs.pop_front();
+                self.metrics.job(i, release, now, deadline);
+            }
+            Work::Burst { start } | Work::Irq { arrival: start } => self.metrics.response(i, now - start),
+            Work::Frame { ideal } => {
+                let Behaviour::Player { period, late_after, .. } = self.sc.tasks[i].behaviour else { unreachable!() };
+                // Shown at its ideal time, or now if decoding ran past it (§4: "on time"
+                // is within late_after of the ideal time based on the previous frame).
+                let shown = now.max(ideal);
+                self.metrics.job(i, ideal.saturating_sub(period), shown, ideal.saturating_add(late_after));
+                let t = &mut self.tasks[i];
+                t.timer_target = Some(shown.saturating_add(period));
+                if now < ideal {
+                    t.phase = 2; // sleep until it is shown
+                }
+            }
+        }
+        self.tasks[i].work = Work::Plain;
+    }
+
+    /// A task that is not runnable continues its behaviour (start, timer, job, interrupt).
+    pub(super) fn resume(&mut self, i: usize) {
+        let voluntary = match self.tasks[i].wait {
+            Wait::Timer { voluntary } => voluntary,
+            Wait::Exited | Wait::None => return,
+            _ => true,
+        };
+        let step = self.step(i);
+        self.resume_with(i, step, Wake { voluntary, ..Wake::default() });
+    }
+
+    pub(super) fn resume_with(&mut self, i: usize, step: Step, wake: Wake) {
+        match step {
+            Step::Run | Step::Yield => {
+                self.tasks[i].wait = Wait::None;
+                self.mark(i, MarkKind::Wake);
+                // Policies compare the waking task with the running ones: settle accounts first.
+                self.settle_all();
+                self.drv.disp.wake(self.now, self.tasks[i].id, wake);
+                self.metrics.runnable(i, self.now);
+                self.swap_ready(i);
+            }
+            Step::Block { voluntary, wake_at, .. } => {
+                self.swap_blocked(i);
+                self.arm_wait(i, voluntary, wake_at)
+            }
+            Step::Exit => self.exit(i),
+        }
+    }
+
+    pub(super) fn arm_wait(&mut self, i: usize, voluntary: bool, wake_at: Option<Ns>) {
+        if let Some(at) = wake_at {
+            self.tasks[i].wait = Wait::Timer { voluntary };
+            let at = if voluntary { self.quantise(at) } else { at };
+            self.set_timer(at.max(self.now), Timer::Wake(i), Ev::TaskWake(i));
+        }
+    }
+
+    /// The running task `i` on CPU `c` finished its burst of work.
+    pub(super) fn after_burst(&mut self, i: usize, c: usize) {
+        self.complete(i);
+        match self.step(i) {
+            Step::Run => self.replan(c),
+            Step::Yield => {
+                self.kernel.syscalls += 1;
+                self.schedule(c, Preempt::Yield)
+            }
+            Step::Block { voluntary, wake_at, hand_off } => {
+                // A hand-off target finishes the giver's slice (Go!'s directed yield
+                // donates the rest of the time slice).
+                let inherited = self.cpus[c].slice_end;
+                self.drv.disp.block(self.now, self.tasks[i].id, Block { voluntary });
+                self.kernel.syscalls += u64::from(voluntary);
+                self.swap_blocked(i);
+                self.metrics.blocked(i);
+                self.mark(i, MarkKind::Block);
+                self.cpus[c].current = None;
+                self.slice(c, None);
+                if wake_at.is_some() {
+                    self.arm_wait(i, voluntary, wake_at);
+                }
+                let handed = hand_off.and_then(|h| self.drv.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
+                match handed {
+                    Some(d) => {
+                        self.start(c, d);
+                        self.cpus[c].slice_end = inherited;
+                        self.replan(c);
+                    }
+                    None => self.schedule(c, Preempt::Resched),
+                }
+            }
+            Step::Exit => self.exit(i), // frees the CPU and makes its next decision
+        }
+    }
+
+    pub(super) fn exit(&mut self, i: usize) {
+        self.swap_exit(i);
+        self.mark(i, MarkKind::Exit);
+        let t = &mut self.tasks[i];
+        t.wait = Wait::Exited;
+        let id = t.id;
+        self.drv.cancel_timer(Timer::Wake(i));
+        if let Some(c) = self.drv.disp.remove_task(self.now, id) {
+            let c = c.0 as usize;
+            self.cpus[c].current = None;
+            self.slice(c, None);
+            self.schedule(c, Preempt::Resched);
+        }
+        self.metrics.blocked(i);
+    }
+
+    pub(super) fn release_job(&mut self, i: usize) {
+        let Behaviour::Periodic { period, deadline, jobs, .. } = self.sc.tasks[i].behaviour else { return };
+        let t = &mut self.tasks[i];
+        if matches!(t.wait, Wait::Exited | Wait::NotStarted) || jobs.is_some_and(|n| t.released >= n) {
+            return;
+        }
+        t.released += 1;
+        t.jobs.push_back((self.now, self.now.saturating_add(deadline)));
+        let more = jobs.is_none_or(|n| t.released < n);
+        if matches!(t.wait, Wait::Job) {
+            self.resume(i);
+        }
+        if more {
+            self.push(self.now.saturating_add(period), Ev::JobRelease(i));
+        }
+    }
+
+    pub(super) fn interrupt(&mut self, k: usize) {
+        let src = self.sc.interrupts[k].clone();
+        self.metrics.interrupts += 1;
+        let handlers = self.handlers.get(&src.vector).cloned().unwrap_or_default();
+        for h in handlers {
+            if matches!(self.tasks[h].wait, Wait::Exited | Wait::NotStarted) {
+                continue;
+            }
+            self.tasks[h].irqs.push_back(self.now);
+            if self.tasks[h].wait == Wait::Interrupt {
+                let step = self.step(h);
+                let wake = Wake { voluntary: true, interrupt: Some(src.vector), warp: src.warp, cpu: None };
+                self.resume_with(h, step, wake);
+            }
+        }
+        let gap = sample(&src.every, &mut self.irq_rngs[k]).max(1);
+        self.push(self.now.saturating_add(gap), Ev::Interrupt(k));
+    }
+
+    /// The task turns into an infinite loop.
+    pub(super) fn loop_fault(&mut self, i: usize) {
+        let name = self.sc.tasks[i].name.clone();
+        let t = &mut self.tasks[i];
+        if matches!(t.wait, Wait::Exited) {
+            return;
+        }
+        t.looping = true;
+        t.remaining = FOREVER;
+        t.work = Work::Plain;
+        self.metrics.note(self.now, format!("{name}: fault — now an infinite loop"));
+        match self.drv.disp.state(self.tasks[i].id) {
+            TaskState::Running(c) => {
+                self.settle(c.0 as usize);
+                self.tasks[i].remaining = FOREVER;
+                self.replan(c.0 as usize);
+            }
+            TaskState::Blocked => {
+                if matches!(self.tasks[i].wait, Wait::NotStarted) {
+                    return; // it starts looping when it starts
+                }
+                self.drv.cancel_timer(Timer::Wake(i));
+                self.resume_with(i, Step::Run, Wake { voluntary: true, ..Wake::default() });
+            }
+            _ => {}
+        }
+    }
+}
