@@ -261,7 +261,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 sc.until = vassal_core::parse_duration(&u).with_context(|| format!("--until {u}"))?;
             }
             let report = match (&trace, &report) {
-                (None, None) => vassal_sim::simulate(sc)?,
+                (None, None) => vassal_sim::simulate_with(sc, &vassal_lab::workloads::registry())?,
                 _ => report_cmd::traced(sc, trace.as_deref(), report.as_deref())?,
             };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });

@@ -11,7 +11,7 @@ use vassal_sim::Report;
 
 /// Runs `sc` recording a trace; writes the trace file and/or the HTML report.
 pub fn traced(sc: Scenario, trace: Option<&Path>, html: Option<&Path>) -> Result<Report> {
-    let mut sim = vassal_sim::Sim::new(sc.clone())?;
+    let mut sim = vassal_sim::Sim::with_registry(sc.clone(), &vassal_lab::workloads::registry())?;
     sim.record_trace();
     let (report, t) = sim.run_traced()?;
     if let Some(file) = trace {

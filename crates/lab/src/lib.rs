@@ -7,7 +7,9 @@
 //! or a higher one (so there is no import circle):
 //!
 //! 0. `fmt` (number and text formatting), `expect` (an experiment's rows and results:
-//!    data), `metric` (the metric language: report paths and expressions);
+//!    data), `metric` (the metric language: report paths and expressions),
+//!    `workloads` (experiment-only task behaviours, e.g. randres, registered with the
+//!    simulator's behaviour registry);
 //! 1. `bench` (`vassal bench`: simulator speed and decision costs), `svg` (charts; uses
 //!    `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
 //!    (computed rtserver tables), `real` (the real-process experiments, over the
@@ -32,3 +34,4 @@ pub mod repro;
 pub mod rtserver_repro;
 pub mod svg;
 pub mod sweep;
+pub mod workloads;

@@ -165,7 +165,8 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
         .map(|e| metric::parse(&e.metric, &[]).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
         .collect::<Result<Vec<_>, _>>()?;
     let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    let mut sim = vassal_sim::Sim::new(scenario.clone()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut sim =
+        vassal_sim::Sim::with_registry(scenario.clone(), &crate::workloads::registry()).map_err(|e| format!("{}: {e}", path.display()))?;
     if trace || exprs.iter().flat_map(metric::paths).any(|p| p.starts_with("trace.")) {
         sim.record_trace();
     }

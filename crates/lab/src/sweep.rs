@@ -427,7 +427,7 @@ impl Sweep {
             sc.seed = s;
         }
         let seed = sc.seed;
-        vassal_sim::simulate(sc).map_err(|e| format!("{label} seed {seed}: {e}"))
+        vassal_sim::simulate_with(sc, &crate::workloads::registry()).map_err(|e| format!("{label} seed {seed}: {e}"))
     }
 
     /// Runs every variant once per seed on `jobs` threads (at least 1); `progress(done,

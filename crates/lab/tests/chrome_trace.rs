@@ -26,7 +26,7 @@ fn load(rel: &str, until: Option<Ns>) -> Scenario {
 }
 
 fn traced(sc: &Scenario) -> (Report, String) {
-    let mut sim = Sim::new(sc.clone()).expect("scenario builds");
+    let mut sim = Sim::with_registry(sc.clone(), &vassal_lab::workloads::registry()).expect("scenario builds");
     sim.record_trace();
     let (report, trace) = sim.run_traced().expect("scenario runs");
     let json = to_chrome_json(sc, &report, &trace);

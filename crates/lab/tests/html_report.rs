@@ -19,7 +19,7 @@ fn root() -> PathBuf {
 
 fn traced(file: &str) -> (vassal_sim::model::Scenario, vassal_sim::Report, Trace) {
     let sc = load_scenario(&root().join(file)).unwrap();
-    let mut sim = Sim::new(sc.clone()).unwrap();
+    let mut sim = Sim::with_registry(sc.clone(), &vassal_lab::workloads::registry()).unwrap();
     sim.record_trace();
     let (r, t) = sim.run_traced().unwrap();
     (sc, r, t)

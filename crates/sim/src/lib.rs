@@ -4,6 +4,7 @@
 //! experiments run on it and their reports (repro, sweeps, HTML, SVG, Chrome traces)
 //! are vassal-lab's.
 
+pub mod behave;
 pub mod engine;
 pub mod memory;
 pub mod metrics;
@@ -14,5 +15,5 @@ pub mod rtapp;
 pub mod scenario;
 pub mod swap;
 
-pub use engine::{simulate, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
+pub use engine::{simulate, simulate_with, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
 pub use report::Report;

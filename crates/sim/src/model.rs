@@ -145,45 +145,32 @@ pub enum Behaviour {
     /// An interrupt handler thread: blocked until an interrupt on `vector` is delivered,
     /// then runs `work` per interrupt (Go! §4, BVT §2.3).
     Handler { vector: u32, work: Dist },
-    /// BVT paper 001 §5.1's `randres`: a real-time task with one deadline after another.
-    /// See [`Randres`].
-    Randres(Randres),
+    /// A kind the scenario language does not know, run by a behaviour registered with
+    /// the simulation ([`crate::behave::Registry`]; e.g. vassal-lab's `randres`).
+    Other(OtherKind),
 }
 
-/// The sign of `randres`'s prediction error (§5.1: "overpredict, underpredict, and best
-/// guess, corresponding to positive, negative and mixed e_i").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorMode {
-    Over,
-    Under,
-    Mixed,
-}
-
-/// `randres` (paper 001 §5.1). Window i ends at deadline d_i = d_{i-1} + gap, gap uniform
-/// in whole mcu in `gap` (the first window starts when the task starts); its actual need
-/// a_i is uniform in whole mcu in `need`; its start s_i = d_{i-1} + f·gap (that is,
-/// (1 − f)·d_{i-1} + f·d_i, f the `fussiness` in millionths); its prediction t_i = a_i +
-/// e_i, |e_i| uniform in [0, 2·`error_mean`] ns with the sign `error` gives (a mixed error
-/// is positive or negative with equal odds), at least 1 ns.
-/// At d_{i-1} it asks the scheduler named `reserve` (if any) for the reservation
-/// (s_i, t_i, d_i); refused, the deadline counts as missed and it sleeps until d_i.
-/// Otherwise it sleeps until s_i, then needs a_i of CPU; done by d_i, the deadline is
-/// made (a met job), else at d_i it counts it missed and stops (a missed job) — "does not
-/// run again until its next reservation".
+/// A behaviour table of a kind the scenario language does not know: its keys as written,
+/// with their positions, for the registered factory to validate.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Randres {
-    pub mcu: Ns,
-    /// Gap between deadlines, in whole mcu: [lo, hi].
-    pub gap: (u64, u64),
-    /// Actual need, in whole mcu: [lo, hi].
-    pub need: (u64, u64),
-    /// f, in millionths (0..1_000_000).
-    pub fussiness_ppm: u64,
-    pub error: ErrorMode,
-    /// Mean magnitude of the prediction error, ns.
-    pub error_mean: Ns,
-    /// The scheduler to ask for reservations (None: it never asks, it just runs).
-    pub reserve: Option<String>,
+pub struct OtherKind {
+    pub kind: String,
+    /// The task it belongs to.
+    pub task: String,
+    /// The scenario file, and the 1-based line and column of the `kind` value.
+    pub file: String,
+    pub at: (usize, usize),
+    /// Its other keys in file order.
+    pub params: Vec<(String, OtherParam)>,
+}
+
+/// One key of an [`OtherKind`] table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtherParam {
+    /// None for a built-in behaviour key (the registered kind cannot have it).
+    pub value: Option<toml::Value>,
+    /// 1-based line and column of the value.
+    pub at: (usize, usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -470,7 +470,7 @@ fn may_exit(t: &TaskSpec) -> bool {
         Behaviour::Periodic { jobs, .. } => jobs.is_some(),
         Behaviour::Script { repeat, .. } => !repeat,
         Behaviour::Interactive { .. } | Behaviour::Io { .. } | Behaviour::Handler { .. } | Behaviour::Player { .. } => false,
-        Behaviour::Randres(_) => false,
+        Behaviour::Other(_) => false,
     }
 }
 

@@ -26,6 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use vassal_core::driver::{self, Due, Hooks, RESCHED_LIMIT};
 use vassal_core::{CpuId, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Preempt, SchedId, TaskId, TaskState, VirtualTime, SEC};
 
+use crate::behave::{Behave, Registry};
 use crate::metrics::Metrics;
 use crate::model::{Behaviour, Scenario};
 use crate::report::Report;
@@ -33,7 +34,6 @@ use crate::swap::Swapper;
 
 mod cpu;
 mod queue;
-mod randres;
 mod report;
 mod swapping;
 mod workload;
@@ -41,7 +41,8 @@ mod workload;
 use cpu::Cpu;
 use queue::{Ev, Timer};
 use swapping::Kernel;
-use workload::{rng_for, SimTask, Step, Wait, Work};
+pub use workload::Cx;
+use workload::{rng_for, SimTask, Wait, Work};
 
 /// Infinite work (a CPU hog, a runaway loop).
 const FOREVER: Ns = Ns::MAX;
@@ -57,6 +58,9 @@ pub enum SimError {
     Cpus(u16),
     #[error("task '{task}': the default scheduler '{sched}' refused it: {reason}")]
     TaskRefused { task: String, sched: String, reason: String },
+    /// A task of a kind the scenario language does not know was refused by the registry.
+    #[error("{0}")]
+    Scenario(crate::scenario::ScenarioError),
 }
 
 /// A span of time during which `task` held `cpu` (switch cost included), and the
@@ -141,13 +145,24 @@ pub struct Sim {
     vt_last: Vec<Option<VirtualTime>>,
     /// When the queued watchdog check (if any) is due.
     watchdog_at: Option<Ns>,
+    /// Per task: its registered behaviour (tasks of a kind the scenario language does not
+    /// know; taken out while it runs).
+    behaves: Vec<Option<Box<dyn Behave>>>,
 }
 
 impl Sim {
+    /// A simulation with the built-in behaviours only.
     pub fn new(sc: Scenario) -> Result<Sim, SimError> {
+        Sim::with_registry(sc, &Registry::default())
+    }
+
+    /// A simulation whose tasks of kinds the scenario language does not know are made by
+    /// `registry`.
+    pub fn with_registry(sc: Scenario, registry: &Registry) -> Result<Sim, SimError> {
         if sc.machine.cpus == 0 || sc.machine.cpus > vassal_core::MAX_CPUS {
             return Err(SimError::Cpus(sc.machine.cpus));
         }
+        let behaves = registry.behaviours(&sc).map_err(SimError::Scenario)?;
         let default = vassal_policies::build(&sc.default_policy.kind, &sc.default_policy.params)
             .map_err(|reason| SimError::DefaultPolicy { name: sc.default_name.clone(), reason })?;
         let cfg = HierarchyConfig { min_best_effort_ppm: sc.machine.min_best_effort_ppm };
@@ -178,7 +193,6 @@ impl Sim {
                 looping: false,
                 waiting: false,
                 loops: Vec::new(),
-                randres: randres::State::default(),
                 run_until: None,
                 rt_timers: Vec::new(),
             });
@@ -204,6 +218,7 @@ impl Sim {
             kernel: Kernel::new(sc.tasks.len()),
             vt_last: Vec::new(),
             watchdog_at: None,
+            behaves,
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();
@@ -356,4 +371,9 @@ impl Hooks<Timer, Ev> for Sim {
 /// Runs a scenario to its horizon.
 pub fn simulate(sc: Scenario) -> Result<Report, SimError> {
     Sim::new(sc)?.run()
+}
+
+/// Runs a scenario to its horizon, with `registry`'s behaviours.
+pub fn simulate_with(sc: Scenario, registry: &Registry) -> Result<Report, SimError> {
+    Sim::with_registry(sc, registry)?.run()
 }

@@ -32,8 +32,8 @@ pub(super) enum Ev {
     /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up;
     /// timer [`Timer::Swap`]).
     Swap,
-    /// A randres job's deadline (timer [`Timer::Randres`]).
-    RandresDeadline(usize),
+    /// A registered behaviour's own timer: task, key (timer [`Timer::Behave`]).
+    Behave(usize, u32),
     /// A contained module's watchdog may fire now (see `Sim::contain`).
     Watchdog,
 }
@@ -45,7 +45,7 @@ pub(super) enum Timer {
     Cpu(u16),
     Wake(usize),
     Swap,
-    Randres(usize),
+    Behave(usize, u32),
 }
 
 impl Sim {
@@ -145,7 +145,7 @@ impl Sim {
             }
             Ev::Interrupt(k) => self.interrupt(k),
             Ev::Swap => self.swap_event(),
-            Ev::RandresDeadline(i) => self.randres_deadline(i),
+            Ev::Behave(i, key) => self.behave_timer(i, key),
             Ev::Watchdog => self.watchdog_at = None,
             Ev::Unscheduled(c) => {
                 let c = c as usize;

@@ -16,7 +16,8 @@ use rand_distr::Distribution;
 use vassal_core::{Block, CpuId, Ns, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
 use super::queue::{Ev, Timer};
-use super::{randres, MarkKind, Sim, FOREVER};
+use super::{MarkKind, Sim, FOREVER};
+use crate::behave::Next;
 use crate::model::{Behaviour, Dist, Phase};
 
 /// What the current burst of work is for, to record its response when it completes.
@@ -66,7 +67,6 @@ pub(super) struct SimTask {
     pub(super) waiting: bool,
     /// Per script phase: how many times a `times` phase has sent the script back.
     pub(super) loops: Vec<u64>,
-    pub(super) randres: randres::State,
     /// During a `RunWall` phase: the real time at which it ends.
     pub(super) run_until: Option<Ns>,
     /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
@@ -223,7 +223,7 @@ impl Sim {
                 }
             }
             Behaviour::Script { .. } => self.step_script(i),
-            Behaviour::Randres(_) => self.step_randres(i),
+            Behaviour::Other(_) => self.step_other(i),
         }
     }
 
@@ -522,5 +522,121 @@ impl Sim {
             }
             _ => {}
         }
+    }
+}
+
+/// What a registered behaviour ([`crate::behave::Behave`]) may do to its task and the
+/// engine.
+pub struct Cx<'a> {
+    sim: &'a mut Sim,
+    task: usize,
+}
+
+impl Cx<'_> {
+    pub fn now(&self) -> Ns {
+        self.sim.now
+    }
+
+    /// The task's own RNG.
+    pub fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.sim.tasks[self.task].rng
+    }
+
+    /// Sends `req` to the scheduler named `to` (counted as the task's message).
+    pub fn send(&mut self, to: &str, req: Request) -> Reply {
+        self.sim.send(self.task, to, req)
+    }
+
+    /// Records a missed deadline (a job that never ran).
+    pub fn job_missed(&mut self) {
+        self.sim.metrics.job_missed(self.task);
+    }
+
+    /// Arms the task's timer `key` at `at` (exact, not quantised), replacing its previous
+    /// expiry; [`crate::behave::Behave::timer`] is called when it fires.
+    pub fn set_timer(&mut self, key: u32, at: Ns) {
+        let i = self.task;
+        self.sim.set_timer(at, Timer::Behave(i, key), Ev::Behave(i, key));
+    }
+
+    pub fn cancel_timer(&mut self, key: u32) {
+        self.sim.drv.cancel_timer(Timer::Behave(self.task, key));
+    }
+}
+
+impl Sim {
+    /// Calls task `i`'s registered behaviour.
+    fn with_behave<T>(&mut self, i: usize, f: impl FnOnce(&mut dyn crate::behave::Behave, &mut Cx<'_>) -> T) -> T {
+        let mut b = self.behaves[i].take().expect("a task of a registered kind has its behaviour");
+        let out = f(b.as_mut(), &mut Cx { sim: self, task: i });
+        self.behaves[i] = Some(b);
+        out
+    }
+
+    /// What a task of a registered kind does next.
+    fn step_other(&mut self, i: usize) -> Step {
+        match self.with_behave(i, |b, cx| b.step(cx)) {
+            Next::Run { work, job } => {
+                let t = &mut self.tasks[i];
+                t.remaining = work;
+                t.work = job.map_or(Work::Plain, |(release, deadline)| Work::Job { release, deadline });
+                Step::Run
+            }
+            Next::Block { until, voluntary } => Step::Block { voluntary, wake_at: Some(until), hand_off: None },
+            Next::Yield => {
+                self.tasks[i].remaining = 0;
+                Step::Yield
+            }
+            Next::Exit => Step::Exit,
+        }
+    }
+
+    /// Task `i`'s behaviour timer `key` fired; if the behaviour says so, the job in
+    /// progress ends now: short of its need it is missed and dropped, and the task goes on.
+    pub(super) fn behave_timer(&mut self, i: usize, key: u32) {
+        if !self.with_behave(i, |b, cx| b.timer(cx, key)) || !matches!(self.tasks[i].work, Work::Job { .. }) {
+            return; // done already
+        }
+        let id = self.tasks[i].id;
+        match self.drv.disp.state(id) {
+            TaskState::Running(c) => {
+                let c = c.0 as usize;
+                self.settle(c);
+                if self.tasks[i].remaining > 0 {
+                    self.abandon(i);
+                }
+                // Complete (made exactly at the deadline) or abandoned: the next step.
+                self.after_burst(i, c);
+            }
+            TaskState::Runnable => {
+                // Preempted at the very instant its need was met (e.g. by a reservation
+                // ending at the deadline), the job is done; otherwise it is abandoned.
+                if self.tasks[i].remaining > 0 {
+                    self.abandon(i);
+                } else {
+                    self.complete(i);
+                }
+                match self.step(i) {
+                    Step::Run | Step::Yield => {} // the next job starts at once
+                    Step::Block { voluntary, wake_at, .. } => {
+                        self.settle_all();
+                        self.drv.disp.block(self.now, id, Block { voluntary });
+                        self.metrics.blocked(i);
+                        self.mark(i, MarkKind::Block);
+                        self.arm_wait(i, voluntary, wake_at);
+                    }
+                    Step::Exit => self.exit(i),
+                }
+            }
+            TaskState::Blocked | TaskState::Dead => {}
+        }
+    }
+
+    /// The job in progress misses its deadline: counted, and its remaining need dropped.
+    fn abandon(&mut self, i: usize) {
+        self.metrics.job_missed(i);
+        let t = &mut self.tasks[i];
+        t.remaining = 0;
+        t.work = Work::Plain;
     }
 }

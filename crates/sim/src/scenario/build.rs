@@ -9,7 +9,7 @@ use std::path::Path;
 
 use toml::Spanned;
 
-use vassal_core::{CpuId, CpuSet, Ns, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS};
+use vassal_core::{CpuId, CpuSet, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS};
 use vassal_policies::ParamValue;
 
 use super::raw::{ParamMap, RawBehaviour, RawMachine, RawPhase, RawScenario, RawScheduler, RawUsage};
@@ -17,7 +17,8 @@ use super::values::{DistV, Dur};
 use super::{ScenarioError, Source, DEFAULT_HZ, DEFAULT_POLICY, DEFAULT_SCHEDULER_NAME, MAX_COUNT, MAX_TASKS};
 use crate::memory::Placement;
 use crate::model::{
-    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec, Unscheduled,
+    Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, OtherKind, OtherParam, Phase, PolicySpec, Scenario, SchedulerSpec,
+    SendSpec, TaskSpec, Unscheduled,
 };
 use crate::swap::{MemoryConfig, SwapIn, SwapOut};
 
@@ -481,33 +482,9 @@ impl Builder<'_> {
 
     fn behaviour(&self, b: &Spanned<RawBehaviour>, task: &str, names: &Names) -> R<Behaviour> {
         let raw = b.get_ref();
-        let kind = raw.kind.get_ref().as_str();
-        let allowed: &[&str] = match kind {
-            "cpu" => &["work"],
-            "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
-            "player" => &["period", "exec", "late_after", "offset"],
-            "interactive" => &["burst", "think"],
-            "io" => &["run", "sleep", "voluntary"],
-            "handler" => &["vector", "work"],
-            "script" => &["phases", "repeat"],
-            "randres" => &["mcu", "gap", "need", "fussiness", "error", "error_mean", "reserve"],
-            other => {
-                return Err(self.err(
-                    raw.kind.span(),
-                    format!(
-                    "unknown behaviour kind '{other}'; expected one of cpu, periodic, player, interactive, io, handler, script, randres"
-                ),
-                ))
-            }
-        };
-        let present: [(&str, Option<Range<usize>>); 22] = [
-            ("mcu", raw.mcu.as_ref().map(Spanned::span)),
-            ("gap", raw.gap.as_ref().map(Spanned::span)),
-            ("need", raw.need.as_ref().map(Spanned::span)),
-            ("fussiness", raw.fussiness.as_ref().map(Spanned::span)),
-            ("error", raw.error.as_ref().map(Spanned::span)),
-            ("error_mean", raw.error_mean.as_ref().map(Spanned::span)),
-            ("reserve", raw.reserve.as_ref().map(Spanned::span)),
+        let Some(kind_sp) = &raw.kind else { return Err(self.err(b.span(), "missing required key `kind`")) };
+        let kind = kind_sp.get_ref().as_str();
+        let present: [(&str, Option<Range<usize>>); 15] = [
             ("late_after", raw.late_after.as_ref().map(Spanned::span)),
             ("work", raw.work.as_ref().map(Spanned::span)),
             ("period", raw.period.as_ref().map(Spanned::span)),
@@ -524,7 +501,33 @@ impl Builder<'_> {
             ("phases", raw.phases.as_ref().map(Spanned::span)),
             ("repeat", raw.repeat.as_ref().map(Spanned::span)),
         ];
-        for (key, span) in present {
+        let allowed: &[&str] = match kind {
+            "cpu" => &["work"],
+            "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
+            "player" => &["period", "exec", "late_after", "offset"],
+            "interactive" => &["burst", "think"],
+            "io" => &["run", "sleep", "voluntary"],
+            "handler" => &["vector", "work"],
+            "script" => &["phases", "repeat"],
+            _ => {
+                // A kind run by a registered behaviour (crate::behave): its keys go to its
+                // factory as they are; a built-in key is kept without its value.
+                let at = |span: Range<usize>| self.src.line_col(span.start);
+                let other = raw.other.iter().map(|(k, v)| (k.clone(), OtherParam { value: Some(v.get_ref().clone()), at: at(v.span()) }));
+                let builtin = present.iter().filter_map(|(k, s)| s.clone().map(|s| (k.to_string(), OtherParam { value: None, at: at(s) })));
+                let mut params: Vec<(String, OtherParam)> = other.chain(builtin).collect();
+                params.sort_by_key(|(_, p)| p.at);
+                return Ok(Behaviour::Other(OtherKind {
+                    kind: kind.to_string(),
+                    task: task.to_string(),
+                    file: self.src.file.to_string(),
+                    at: at(kind_sp.span()),
+                    params,
+                }));
+            }
+        };
+        let unknown = raw.other.iter().map(|(k, v)| (k.as_str(), Some(v.span())));
+        for (key, span) in unknown.chain(present) {
             if let Some(span) = span {
                 if !allowed.contains(&key) {
                     return Err(self.err(
@@ -537,7 +540,7 @@ impl Builder<'_> {
                 }
             }
         }
-        let need = |key: &str| self.err(raw.kind.span(), format!("behaviour kind '{kind}' needs key `{key}`"));
+        let need = |key: &str| self.err(kind_sp.span(), format!("behaviour kind '{kind}' needs key `{key}`"));
         let dist = |v: &Option<Spanned<DistV>>, key: &str| v.as_ref().map(|d| d.get_ref().0.clone()).ok_or_else(|| need(key));
         Ok(match kind {
             "cpu" => {
@@ -595,7 +598,6 @@ impl Builder<'_> {
             "handler" => {
                 Behaviour::Handler { vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(), work: dist(&raw.work, "work")? }
             }
-            "randres" => Behaviour::Randres(self.randres(raw, names)?),
             _ => {
                 // "script"
                 let phases_raw = raw.phases.as_ref().ok_or_else(|| need("phases"))?;
@@ -616,54 +618,6 @@ impl Builder<'_> {
                 Behaviour::Script { phases, repeat }
             }
         })
-    }
-
-    /// `kind = "randres"` (paper 001 §5.1; see [`crate::model::Randres`]).
-    fn randres(&self, raw: &RawBehaviour, names: &Names) -> R<crate::model::Randres> {
-        use crate::model::{ErrorMode, Randres};
-        let mcu = raw.mcu.as_ref().map_or(10 * vassal_core::MS, |m| m.get_ref().0);
-        if mcu == 0 {
-            let span = raw.mcu.as_ref().map_or(raw.kind.span(), |m| m.span());
-            return Err(self.err(span, "mcu must be greater than 0"));
-        }
-        let range =
-            |v: &Option<Spanned<Vec<u64>>>, key: &str, default: (u64, u64)| -> R<(u64, u64)> {
-                let Some(v) = v else { return Ok(default) };
-                match v.get_ref().as_slice() {
-                    &[lo, hi] if lo <= hi && hi > 0 && hi.checked_mul(mcu).is_some_and(|n| n <= 1 << 50) => Ok((lo, hi)),
-                    _ => Err(self
-                        .err(v.span(), format!("{key} must be two whole numbers of mcu [lo, hi] with lo <= hi, hi > 0 (e.g. [26, 34])"))),
-                }
-            };
-        let gap = range(&raw.gap, "gap", (26, 34))?;
-        let need = range(&raw.need, "need", (6, 12))?;
-        if gap.0 == 0 {
-            return Err(self.err(raw.gap.as_ref().map_or(raw.kind.span(), |g| g.span()), "gap must be at least 1 mcu"));
-        }
-        let fussiness_ppm = match &raw.fussiness {
-            None => 0,
-            Some(f) if (0.0..1.0).contains(&f.get_ref().0) => ppm_of(f.get_ref().0).unwrap_or(0).min(999_999),
-            Some(f) => return Err(self.err(f.span(), format!("fussiness {} must be at least 0 and below 1", f.get_ref().0))),
-        };
-        let error = match raw.error.as_ref().map(|e| (e.get_ref().as_str(), e.span())) {
-            None | Some(("mixed", _)) => ErrorMode::Mixed,
-            Some(("over", _)) => ErrorMode::Over,
-            Some(("under", _)) => ErrorMode::Under,
-            Some((other, span)) => return Err(self.err(span, format!("unknown error mode '{other}'; expected over, under or mixed"))),
-        };
-        let error_mean = match &raw.error_mean {
-            None => 0,
-            Some(e) if (0.0..=1000.0).contains(&e.get_ref().0) => (e.get_ref().0 * mcu as f64).round() as Ns,
-            Some(e) => return Err(self.err(e.span(), format!("error_mean {} must be between 0 and 1000 (mcu)", e.get_ref().0))),
-        };
-        let reserve = match &raw.reserve {
-            None => None,
-            Some(r) if *r.get_ref() == names.default || names.schedulers.contains(r.get_ref()) => Some(r.get_ref().clone()),
-            Some(r) => {
-                return Err(self.err(r.span(), format!("no scheduler named '{}'; expected one of {}", r.get_ref(), names.scheduler_list())))
-            }
-        };
-        Ok(Randres { mcu, gap, need, fussiness_ppm, error, error_mean, reserve })
     }
 
     fn phase(&self, p: &Spanned<RawPhase>, task: &str, names: &Names) -> R<Phase> {

@@ -27,6 +27,30 @@ mod values;
 pub(crate) use build::phase_takes_time;
 use build::Builder;
 use raw::RawScenario;
+pub(crate) use values::{dur_of, finite_of};
+
+/// The behaviour kinds the scenario language knows (others go to a registry:
+/// [`crate::behave`]).
+pub const BUILTIN_BEHAVIOURS: &[&str] = &["cpu", "periodic", "player", "interactive", "io", "handler", "script"];
+/// The keys of the built-in behaviour kinds.
+pub const BUILTIN_BEHAVIOUR_KEYS: &[&str] = &[
+    "kind",
+    "work",
+    "period",
+    "exec",
+    "deadline",
+    "late_after",
+    "offset",
+    "jobs",
+    "burst",
+    "think",
+    "run",
+    "sleep",
+    "voluntary",
+    "vector",
+    "phases",
+    "repeat",
+];
 
 /// The most replicas one `[[task]]` may ask for with `count`.
 pub const MAX_COUNT: i64 = 10_000;

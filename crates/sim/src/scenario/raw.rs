@@ -121,10 +121,12 @@ pub(super) struct RawTask {
     pub(super) behaviour: Spanned<RawBehaviour>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A behaviour table. The built-in kinds' keys are typed; any other key is kept as a
+/// raw value for a kind the scenario language does not know (`other`, in file order):
+/// `build.rs` refuses it for a built-in kind.
+#[derive(Default)]
 pub(super) struct RawBehaviour {
-    pub(super) kind: Spanned<String>,
+    pub(super) kind: Option<Spanned<String>>,
     pub(super) work: Option<Spanned<DistV>>,
     pub(super) period: Option<Spanned<Dur>>,
     pub(super) exec: Option<Spanned<DistV>>,
@@ -140,13 +142,49 @@ pub(super) struct RawBehaviour {
     pub(super) vector: Option<Spanned<u32>>,
     pub(super) phases: Option<Spanned<Vec<Spanned<RawPhase>>>>,
     pub(super) repeat: Option<Spanned<bool>>,
-    pub(super) mcu: Option<Spanned<Dur>>,
-    pub(super) gap: Option<Spanned<Vec<u64>>>,
-    pub(super) need: Option<Spanned<Vec<u64>>>,
-    pub(super) fussiness: Option<Spanned<Finite>>,
-    pub(super) error: Option<Spanned<String>>,
-    pub(super) error_mean: Option<Spanned<Finite>>,
-    pub(super) reserve: Option<Spanned<String>>,
+    pub(super) other: Vec<(String, Spanned<toml::Value>)>,
+}
+
+impl<'de> Deserialize<'de> for RawBehaviour {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawBehaviour;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("struct RawBehaviour")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<RawBehaviour, A::Error> {
+                let mut b = RawBehaviour::default();
+                while let Some(key) = m.next_key::<String>()? {
+                    match key.as_str() {
+                        "kind" => b.kind = Some(m.next_value()?),
+                        "work" => b.work = Some(m.next_value()?),
+                        "period" => b.period = Some(m.next_value()?),
+                        "exec" => b.exec = Some(m.next_value()?),
+                        "deadline" => b.deadline = Some(m.next_value()?),
+                        "late_after" => b.late_after = Some(m.next_value()?),
+                        "offset" => b.offset = Some(m.next_value()?),
+                        "jobs" => b.jobs = Some(m.next_value()?),
+                        "burst" => b.burst = Some(m.next_value()?),
+                        "think" => b.think = Some(m.next_value()?),
+                        "run" => b.run = Some(m.next_value()?),
+                        "sleep" => b.sleep = Some(m.next_value()?),
+                        "voluntary" => b.voluntary = Some(m.next_value()?),
+                        "vector" => b.vector = Some(m.next_value()?),
+                        "phases" => b.phases = Some(m.next_value()?),
+                        "repeat" => b.repeat = Some(m.next_value()?),
+                        _ => b.other.push((key, m.next_value()?)),
+                    }
+                }
+                if b.kind.is_none() {
+                    return Err(A::Error::missing_field("kind"));
+                }
+                Ok(b)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Deserialize)]

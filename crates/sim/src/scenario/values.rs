@@ -296,3 +296,14 @@ impl<'de> Deserialize<'de> for SizeV {
         d.deserialize_any(V)
     }
 }
+
+/// A duration from a raw TOML value (for registered behaviours' keys): the message is
+/// the one a typed key would give.
+pub(crate) fn dur_of(v: &toml::Value) -> Result<Ns, String> {
+    Dur::deserialize(v.clone()).map(|d| d.0).map_err(|e| e.message().to_string())
+}
+
+/// A finite number from a raw TOML value (an integer or a float).
+pub(crate) fn finite_of(v: &toml::Value) -> Result<f64, String> {
+    Finite::deserialize(v.clone()).map(|f| f.0).map_err(|e| e.message().to_string())
+}
