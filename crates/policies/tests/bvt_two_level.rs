@@ -415,7 +415,7 @@ fn random_wakeups_and_blocks_in_both_modes_never_livelock() {
                 let w = [0, 30, 8 * MS as i64, 20 * MS as i64, 0][i];
                 tasks.push(sim.add(&[("weight", 1 + i as i64), ("warp", w), ("warp_limit", 20 * MS as i64)], true).unwrap());
             }
-            let mut x = seed * 0x9E37_79B9_7F4A_7C15;
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let mut blocked = vec![false; tasks.len()];
             for _ in 0..300 {
                 let dt = next(&mut x) % (15 * MS) + 1;
