@@ -714,6 +714,11 @@ impl Policy for TwoLevelBvt {
         "bvt2"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.l0.init(ncpus);
+        self.l1.init(ncpus);
+    }
+
     fn drain_log(&mut self, out: &mut Vec<PolicyLog>) {
         let mut l0 = Vec::new();
         self.l0.drain_log(&mut l0);
