@@ -208,8 +208,9 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// A dispatcher for `ncpus` CPUs with `default` as the bottom scheduler.
-    pub fn new(ncpus: u16, default_name: &str, default: Box<dyn Policy>, cfg: HierarchyConfig) -> Self {
+    pub fn new(ncpus: u16, default_name: &str, mut default: Box<dyn Policy>, cfg: HierarchyConfig) -> Self {
         assert!(ncpus > 0 && ncpus <= crate::ids::MAX_CPUS, "1..=64 CPUs");
+        default.init(ncpus);
         Dispatcher {
             ncpus,
             cfg,
@@ -437,7 +438,7 @@ impl Dispatcher {
     // ----- the hierarchy -----
 
     /// RegisterScheduler (paper 000 §4) with the §8 conflict check.
-    pub fn register(&mut self, name: &str, policy: Box<dyn Policy>, usage: Usage, pos: Position) -> Result<SchedId, RegisterError> {
+    pub fn register(&mut self, name: &str, mut policy: Box<dyn Policy>, usage: Usage, pos: Position) -> Result<SchedId, RegisterError> {
         if self.lookup(name).is_some() {
             return Err(RegisterError::DuplicateName(name.to_string()));
         }
@@ -457,6 +458,7 @@ impl Dispatcher {
             .map_err(|reason| RegisterError::Conflict { name: name.to_string(), reason })?;
         let id = SchedId(self.next_sched);
         self.next_sched += 1;
+        policy.init(self.ncpus);
         self.scheds.insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false });
         Ok(id)
     }

@@ -302,6 +302,12 @@ pub trait Policy: Send {
     /// The policy's kind, e.g. "rr", "fps", "bvt".
     fn kind(&self) -> &str;
 
+    /// Called once, before any other callback, when the scheduler is given to the
+    /// dispatcher (the default scheduler by [`crate::Dispatcher::new`], the others by
+    /// [`crate::Dispatcher::register`]), like sched_ext's `init`: the policy sizes its
+    /// per-CPU state for the machine's `ncpus` CPUs here, once.
+    fn init(&mut self, _ncpus: u16) {}
+
     /// A task joined this scheduler. Refusing (admission control) leaves it where it was.
     fn on_attach(&mut self, _ctx: &mut Ctx, _task: TaskId, _info: &AttachInfo) -> Result<(), String> {
         Ok(())

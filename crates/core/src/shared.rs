@@ -44,6 +44,9 @@ impl<P: Policy> Policy for Shared<P> {
     fn kind(&self) -> &str {
         &self.kind
     }
+    fn init(&mut self, ncpus: u16) {
+        self.get().init(ncpus)
+    }
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         self.get().on_attach(ctx, task, info)
     }

@@ -35,7 +35,7 @@ use vassal_core::{
 };
 
 use crate::params::Params;
-use crate::task_table::{attach_state, St, TaskTable};
+use crate::task_table::{St, Tasks, Undo};
 
 /// A ready task's place: (class: 0 periodic, 1 background; absolute deadline or FIFO
 /// sequence; task).
@@ -43,7 +43,6 @@ type Key = (u8, u64, u32);
 
 #[derive(Clone, Copy, Debug)]
 struct Task {
-    st: St,
     queued: Option<Key>,
     /// (period, relative deadline), None for background work.
     timing: Option<(Ns, Ns)>,
@@ -65,7 +64,7 @@ impl Task {
 #[derive(Debug)]
 pub struct Edf {
     quantum: Ns,
-    table: TaskTable<Task, TaskId>,
+    table: Tasks<Task>,
     ready: BTreeSet<Key>,
 }
 
@@ -104,7 +103,7 @@ fn timing_of(task: TaskId, params: &TaskParams) -> Result<Option<(Ns, Ns)>, Stri
 
 impl Edf {
     pub fn new(quantum: Ns) -> Self {
-        Edf { quantum: quantum.max(1), table: TaskTable::default(), ready: BTreeSet::new() }
+        Edf { quantum: quantum.max(1), table: Tasks::default(), ready: BTreeSet::new() }
     }
 
     /// The current absolute deadline of a periodic task.
@@ -154,7 +153,7 @@ impl Edf {
                     let _ = ctx.resched(c);
                     return;
                 }
-                Some(r) if self.table.running.get(c.0 as usize).copied().flatten() == Some(r) => {
+                Some(r) if self.table.running_on(c) == Some(r) => {
                     if let Some(rt) = self.table.get(r) {
                         let rk = rt.key(r);
                         if rk > key && victim.is_none_or(|(vk, _)| rk > vk) {
@@ -176,18 +175,21 @@ impl Policy for Edf {
         "edf"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.table.init(ncpus);
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.table.ensure(ctx);
-        let idx = crate::task_index(task)?;
+        crate::task_index(task)?;
         let timing = timing_of(task, info.params)?;
-        let st = attach_state(task, info)?;
+        let st = St::of_attach(task, info)?;
         if self.table.get(task).is_some() {
             self.on_detach(ctx, task, Detach::Moved);
         }
         let now = ctx.now();
         let deadline = timing.map_or(0, |(_, d)| now.saturating_add(d));
         let seq = self.table.tail_seq();
-        self.table.put(idx, Task { st: St::Blocked, queued: None, timing, deadline, seq });
+        self.table.insert(task, St::Blocked, Task { queued: None, timing, deadline, seq })?;
         if let St::Running(c) = st {
             self.table.set_running(c, task);
         }
@@ -208,7 +210,6 @@ impl Policy for Edf {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        self.table.ensure(ctx);
         let now = ctx.now();
         let seq = self.table.tail_seq();
         let Some(t) = self.table.get_mut(task) else { return };
@@ -232,9 +233,8 @@ impl Policy for Edf {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.table.running.len() || self.table.get(task).is_none() {
+        if ci >= self.table.ncpus() || self.table.get(task).is_none() {
             return;
         }
         self.table.picked[ci] = None;
@@ -286,9 +286,8 @@ impl Policy for Edf {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.table.running.len() {
+        if ci >= self.table.ncpus() {
             return None;
         }
         let now = ctx.now();
@@ -319,12 +318,10 @@ impl Policy for Edf {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        self.table.clear_picked(cpu, decision.task);
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => self.on_detach(ctx, decision.task, Detach::Moved),
-            Refusal::NotRunnable => self.set_st(decision.task, St::Blocked),
-            Refusal::RunningElsewhere(c) => self.set_st(decision.task, St::Running(c)),
-            Refusal::NotAllowed | Refusal::ZeroSlice => self.set_st(decision.task, St::Ready),
+        match self.table.refused(cpu, decision.task, why) {
+            Undo::Forget => self.on_detach(ctx, decision.task, Detach::Moved),
+            Undo::Requeue { .. } => self.set_st(decision.task, St::Ready),
+            Undo::Nothing | Undo::Blocked | Undo::Running(_) => {}
         }
     }
 }

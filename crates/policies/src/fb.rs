@@ -232,8 +232,11 @@ impl Policy for Fb {
         "fb"
     }
 
-    fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.rq.ensure(ctx);
+    fn init(&mut self, ncpus: u16) {
+        self.rq.init(ncpus);
+    }
+
+    fn on_attach(&mut self, _ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         crate::task_index(task)?;
         let parent = info.parent.and_then(|p| self.rq.get(p)).copied();
         let base = match info.params.get("base") {
@@ -244,11 +247,11 @@ impl Policy for Fb {
             Some(&b) => Self::check("wake_boost", b)?,
             None => self.cfg.wake_boost,
         };
-        let st = runqueue::attach_state(task, info)?;
+        let st = St::of_attach(task, info)?;
         let level = if st == St::Blocked { boosted(base, wake_boost) } else { base };
         let t = Task { base, level, left: self.cfg.quantum(level).unwrap_or(0), wake_boost, pos: 0 };
         self.rq.attach(task, st, info.guest, t)?;
-        if st == St::Queued {
+        if st == St::Ready {
             self.enqueue(task, false);
         }
         Ok(())
@@ -259,7 +262,6 @@ impl Policy for Fb {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.rq.ensure(ctx);
         let Some(t) = self.rq.get(task).copied() else { return };
         if t.st != St::Blocked {
             return;
@@ -292,14 +294,13 @@ impl Policy for Fb {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.rq.ensure(ctx);
         if self.rq.dispatch(task, cpu).is_some() {
             self.rq.kick_idle_for_queue(ctx, cpu);
         }
     }
 
     fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        if self.rq.running.get(cpu.0 as usize).copied().flatten() != Some(task) {
+        if self.rq.running_on(cpu) != Some(task) {
             return;
         }
         if let Some(t) = self.rq.get_mut(task) {
@@ -310,7 +311,6 @@ impl Policy for Fb {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.rq.ensure(ctx);
         let Some((t, charged)) = self.rq.preempt(task, cpu) else { return };
         let ts = t.level <= TS_MAX;
         if ts && charged && (why == Preempt::SliceExpired || t.left == 0) {
@@ -351,7 +351,6 @@ impl Policy for Fb {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.rq.ensure(ctx);
         if cpu.0 as usize >= self.rq.ncpus() {
             return None;
         }

@@ -44,6 +44,8 @@ use vassal_core::{
     Wake,
 };
 
+use crate::task_table::{Slot, St, Tasks, Undo};
+
 /// A task's rank: smaller is more important. (priority, tie-break).
 type Rank = (Reverse<i64>, u32);
 const NIL: u32 = u32::MAX;
@@ -55,27 +57,15 @@ struct Level {
     tail: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Absent,
-    Blocked,
-    Queued,
-    /// Returned by `pick`; `on_dispatch` or `on_refused` follows.
-    Picked,
-    Running(CpuId),
-}
-
+/// A task's rank, and its place in its level's FIFO (while `Ready`).
 #[derive(Clone, Copy, Debug)]
 struct Node {
-    st: St,
     rank: Rank,
     prev: u32,
     next: u32,
     /// Time used of the current quantum.
     used: Ns,
 }
-
-const EMPTY: Node = Node { st: St::Absent, rank: (Reverse(0), 0), prev: NIL, next: NIL, used: 0 };
 
 /// The rank of tasks without a period under rate-monotonic assignment.
 const NO_PERIOD: Rank = (Reverse(i64::MIN), u32::MAX);
@@ -95,12 +85,11 @@ fn level_mut(levels: &mut BTreeMap<Rank, Level>, rank: Rank) -> Option<&mut Leve
 pub struct FixedPriority {
     rm: bool,
     quantum: Option<Ns>,
-    nodes: Vec<Node>,
+    /// The tasks, and per CPU this scheduler's task running there.
+    table: Tasks<Node>,
     /// The ready queue: one FIFO per rank, most important first. A level may be empty
     /// only while a task of that rank is picked or running (it is about to return).
     levels: BTreeMap<Rank, Level>,
-    /// This scheduler's task running on each CPU.
-    running: Vec<Option<TaskId>>,
     /// A reschedule this policy asked for on the CPU has not happened yet.
     pending: Vec<bool>,
 }
@@ -109,14 +98,7 @@ impl FixedPriority {
     /// `rm`: rate-monotonic priorities from "period"; `quantum`: round robin among equal
     /// priorities (None: run until block or preemption; Some(0) is taken as 1ns).
     pub fn new(rm: bool, quantum: Option<Ns>) -> Self {
-        FixedPriority {
-            rm,
-            quantum: quantum.map(|q| q.max(1)),
-            nodes: Vec::new(),
-            levels: BTreeMap::new(),
-            running: Vec::new(),
-            pending: Vec::new(),
-        }
+        FixedPriority { rm, quantum: quantum.map(|q| q.max(1)), table: Tasks::default(), levels: BTreeMap::new(), pending: Vec::new() }
     }
 
     pub fn rate_monotonic(&self) -> bool {
@@ -139,7 +121,7 @@ impl FixedPriority {
             let mut i = lvl.head;
             while i != NIL {
                 out.push(TaskId(i));
-                i = self.nodes[i as usize].next;
+                i = self.n(i).next;
             }
         }
         out
@@ -151,8 +133,17 @@ impl FixedPriority {
         self.levels.values().find(|l| l.head != NIL).map(|l| TaskId(l.head))
     }
 
-    fn node(&self, task: TaskId) -> Option<&Node> {
-        self.nodes.get(task.0 as usize).filter(|n| n.st != St::Absent)
+    fn node(&self, task: TaskId) -> Option<&Slot<Node>> {
+        self.table.get(task)
+    }
+
+    /// The node of a task known to be attached (queue links only name attached tasks).
+    fn n(&self, i: u32) -> &Slot<Node> {
+        self.table.get(TaskId(i)).expect("a queued task is attached")
+    }
+
+    fn n_mut(&mut self, i: u32) -> &mut Slot<Node> {
+        self.table.get_mut(TaskId(i)).expect("a queued task is attached")
     }
 
     fn rank_for(&self, task: TaskId, prio: i64) -> Rank {
@@ -179,53 +170,49 @@ impl FixedPriority {
         }
     }
 
-    fn ensure_cpus(&mut self, ctx: &Ctx) {
-        let n = ctx.ncpus() as usize;
-        if self.running.len() < n {
-            self.running.resize(n, None);
-            self.pending.resize(n, false);
-        }
-    }
-
     /// Queues `i` at the head or the tail of its level.
     fn enqueue(&mut self, i: u32, at_head: bool) {
-        let rank = self.nodes[i as usize].rank;
+        let rank = self.n(i).rank;
         if level_mut(&mut self.levels, rank).is_none() {
             self.levels.insert(rank, Level { head: NIL, tail: NIL });
         }
         let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
-        let nodes = &mut self.nodes;
-        if lvl.head == NIL {
-            lvl.head = i;
-            lvl.tail = i;
-            (nodes[i as usize].prev, nodes[i as usize].next) = (NIL, NIL);
+        let (head, tail) = (lvl.head, lvl.tail);
+        let links = if head == NIL {
+            (lvl.head, lvl.tail) = (i, i);
+            (NIL, NIL)
         } else if at_head {
-            nodes[lvl.head as usize].prev = i;
-            (nodes[i as usize].prev, nodes[i as usize].next) = (NIL, lvl.head);
             lvl.head = i;
+            self.n_mut(head).prev = i;
+            (NIL, head)
         } else {
-            nodes[lvl.tail as usize].next = i;
-            (nodes[i as usize].prev, nodes[i as usize].next) = (lvl.tail, NIL);
             lvl.tail = i;
-        }
-        nodes[i as usize].st = St::Queued;
+            self.n_mut(tail).next = i;
+            (tail, NIL)
+        };
+        let n = self.n_mut(i);
+        (n.prev, n.next) = links;
+        n.st = St::Ready;
     }
 
     /// Takes queued `i` out of its level's FIFO (the level stays, possibly empty).
     fn unlink(&mut self, i: u32) {
-        let Node { prev, next, rank, .. } = self.nodes[i as usize];
+        let Node { prev, next, rank, .. } = **self.n(i);
         let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
         if prev == NIL {
             lvl.head = next;
-        } else {
-            self.nodes[prev as usize].next = next;
         }
         if next == NIL {
             lvl.tail = prev;
-        } else {
-            self.nodes[next as usize].prev = prev;
         }
-        (self.nodes[i as usize].prev, self.nodes[i as usize].next) = (NIL, NIL);
+        if prev != NIL {
+            self.n_mut(prev).next = next;
+        }
+        if next != NIL {
+            self.n_mut(next).prev = prev;
+        }
+        let n = self.n_mut(i);
+        (n.prev, n.next) = (NIL, NIL);
     }
 
     /// Removes the level of `rank` if no task is queued in it.
@@ -238,28 +225,30 @@ impl FixedPriority {
     /// Sets the state of `i`: out of the ready queue and off its CPU first. The level is
     /// kept for a task that is picked or running (it will be requeued there).
     fn set(&mut self, i: u32, st: St) {
-        match self.nodes[i as usize].st {
-            St::Queued => self.unlink(i),
-            St::Running(c) => {
-                if let Some(r) = self.running.get_mut(c.0 as usize) {
-                    if *r == Some(TaskId(i)) {
-                        *r = None;
-                        self.pending[c.0 as usize] = false;
-                    }
-                }
-            }
+        let old = self.n(i).st;
+        match old {
+            St::Ready => self.unlink(i),
+            St::Running(c) if self.table.clear_running(c, TaskId(i)) => self.pending[c.0 as usize] = false,
             _ => {}
         }
-        self.nodes[i as usize].st = st;
+        self.n_mut(i).st = st;
         match st {
             St::Running(c) => {
-                if let Some(r) = self.running.get_mut(c.0 as usize) {
-                    *r = Some(TaskId(i));
+                if (c.0 as usize) < self.table.ncpus() {
+                    self.table.set_running(c, TaskId(i));
                     self.pending[c.0 as usize] = false;
                 }
             }
-            St::Picked | St::Queued => {}
-            St::Absent | St::Blocked => self.drop_level_if_empty(self.nodes[i as usize].rank),
+            St::Picked(_) | St::Ready => {}
+            St::Blocked => self.drop_level_if_empty(self.n(i).rank),
+        }
+    }
+
+    /// Takes `task` off its queue and CPU, and forgets it.
+    fn forget(&mut self, task: TaskId) {
+        if self.node(task).is_some() {
+            self.set(task.0, St::Blocked);
+            self.table.remove(task);
         }
     }
 
@@ -276,7 +265,7 @@ impl FixedPriority {
                 continue;
             }
             let ci = c.0 as usize;
-            match self.running.get(ci).copied().flatten() {
+            match self.table.running_on(c) {
                 Some(t) => {
                     if self.pending[ci] {
                         continue;
@@ -305,16 +294,16 @@ impl FixedPriority {
     /// After the rank of `task` changed: requeue it and check preemption both ways.
     fn reprioritize(&mut self, ctx: &mut Ctx, task: TaskId, rank: Rank) {
         let i = task.0;
-        match self.nodes[i as usize].st {
-            St::Queued => {
-                self.set(i, St::Absent);
-                self.nodes[i as usize].rank = rank;
+        match self.n(i).st {
+            St::Ready => {
+                self.set(i, St::Blocked);
+                self.n_mut(i).rank = rank;
                 self.enqueue(i, false);
                 self.preempt_check(ctx, task, None, false);
             }
             _ => {
-                let old = self.nodes[i as usize].rank;
-                self.nodes[i as usize].rank = rank;
+                let old = self.n(i).rank;
+                self.n_mut(i).rank = rank;
                 self.drop_level_if_empty(old);
                 // A running task may have become less important than a waiting one.
                 if let Some(first) = self.first_ready() {
@@ -330,40 +319,35 @@ impl Policy for FixedPriority {
         "fps"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.table.init(ncpus);
+        self.pending = vec![false; self.table.ncpus()];
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        let idx = crate::task_index(task)?;
+        crate::task_index(task)?;
         let rank = self.rank_from_params(task, info.params)?;
-        if info.state == TaskState::Dead {
-            return Err(format!("{task} has exited"));
-        }
-        self.ensure_cpus(ctx);
-        if idx >= self.nodes.len() {
-            self.nodes.resize(idx + 1, EMPTY);
-        }
-        self.set(task.0, St::Absent);
-        self.nodes[idx].rank = rank;
-        self.nodes[idx].used = 0;
-        match info.state {
-            TaskState::Runnable => {
+        let st = St::of_attach(task, info)?;
+        self.forget(task);
+        self.table.insert(task, St::Blocked, Node { rank, prev: NIL, next: NIL, used: 0 })?;
+        match st {
+            St::Ready => {
                 self.enqueue(task.0, false);
                 self.preempt_check(ctx, task, None, false);
             }
-            TaskState::Running(c) => self.set(task.0, St::Running(c)),
-            TaskState::Blocked | TaskState::Dead => self.set(task.0, St::Blocked),
+            St::Running(c) => self.set(task.0, St::Running(c)),
+            St::Blocked | St::Picked(_) => self.set(task.0, St::Blocked),
         }
         Ok(())
     }
 
     fn on_detach(&mut self, _ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if self.node(task).is_some() {
-            self.set(task.0, St::Absent);
-        }
+        self.forget(task);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
         if self.node(task).map(|n| n.st) == Some(St::Blocked) {
-            self.ensure_cpus(ctx);
-            self.nodes[task.0 as usize].used = 0;
+            self.n_mut(task.0).used = 0;
             self.enqueue(task.0, false);
             self.preempt_check(ctx, task, None, false);
         }
@@ -371,13 +355,12 @@ impl Policy for FixedPriority {
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
         if self.node(task).is_some() {
-            self.nodes[task.0 as usize].used = 0;
+            self.n_mut(task.0).used = 0;
             self.set(task.0, St::Blocked);
         }
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure_cpus(ctx);
         if self.node(task).is_some() {
             self.set(task.0, St::Running(cpu));
         }
@@ -389,17 +372,16 @@ impl Policy for FixedPriority {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.ensure_cpus(ctx);
         let Some(n) = self.node(task).copied() else { return };
-        if matches!(n.st, St::Queued | St::Blocked) {
+        if matches!(n.st, St::Ready | St::Blocked) {
             return;
         }
         let keep = why == Preempt::Resched && !matches!(self.quantum, Some(q) if n.used >= q);
         if !keep {
-            self.nodes[task.0 as usize].used = 0;
+            self.n_mut(task.0).used = 0;
         }
         // Off its CPU (keeping its level, which it rejoins at once), then queued.
-        self.set(task.0, St::Picked);
+        self.set(task.0, St::Picked(cpu));
         self.enqueue(task.0, keep);
         if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
             *p = false;
@@ -410,8 +392,7 @@ impl Policy for FixedPriority {
     }
 
     fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, ran: Ns) {
-        if self.node(task).is_some() {
-            let n = &mut self.nodes[task.0 as usize];
+        if let Some(n) = self.table.get_mut(task) {
             n.used = n.used.saturating_add(ran);
         }
     }
@@ -423,7 +404,6 @@ impl Policy for FixedPriority {
         if self.node(task).is_none() {
             return Reply::refused(format!("fps: {task} is not attached to this scheduler"));
         }
-        self.ensure_cpus(ctx);
         let rank = match (name.as_str(), self.rm) {
             ("priority", false) => self.rank_for(task, *value),
             ("period", true) => match self.rank_from_period(task, *value) {
@@ -455,48 +435,42 @@ impl Policy for FixedPriority {
                         }
                         break 'levels;
                     }
-                    i = self.nodes[i as usize].next;
+                    i = self.n(i).next;
                 }
             }
             if let Some(i) = found {
-                self.set(i, St::Picked);
-                let used = self.nodes[i as usize].used;
+                self.set(i, St::Picked(cpu));
+                let used = self.n(i).used;
                 let task = TaskId(i);
                 return Some(match self.quantum {
                     Some(q) => Decision::run(task, q.saturating_sub(used).max(1)),
                     None => Decision::run_until_block(task),
                 });
             }
-            let (i, st) = repair?;
-            self.set(
-                i,
-                match st {
-                    TaskState::Running(c) => St::Running(c),
-                    TaskState::Dead => St::Absent,
-                    _ => St::Blocked,
-                },
-            );
+            match repair? {
+                (i, TaskState::Running(c)) => self.set(i, St::Running(c)),
+                (i, TaskState::Dead) => self.forget(TaskId(i)),
+                (i, _) => self.set(i, St::Blocked),
+            }
         }
     }
 
-    fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, decision: Decision, why: Refusal) {
+    fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if self.node(task).map(|n| n.st) != Some(St::Picked) {
-            return;
-        }
         let i = task.0;
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => self.set(i, St::Absent),
-            Refusal::NotRunnable => {
-                self.nodes[i as usize].used = 0;
+        match self.table.refused(cpu, task, why) {
+            Undo::Forget => self.forget(task),
+            Undo::Blocked => {
+                self.n_mut(i).used = 0;
                 self.set(i, St::Blocked)
             }
-            Refusal::RunningElsewhere(c) => self.set(i, St::Running(c)),
-            Refusal::NotAllowed => self.enqueue(i, true),
-            Refusal::ZeroSlice => {
-                self.nodes[i as usize].used = 0;
+            Undo::Running(c) => self.set(i, St::Running(c)),
+            Undo::Requeue { zero_slice: false } => self.enqueue(i, true),
+            Undo::Requeue { zero_slice: true } => {
+                self.n_mut(i).used = 0;
                 self.enqueue(i, false)
             }
+            Undo::Nothing => {}
         }
     }
 }

@@ -200,13 +200,6 @@ impl Linux22 {
         self.smp() && self.cfg.cpu_bonus > 0
     }
 
-    /// Sizes the per-CPU tables on the first callback.
-    fn ensure(&mut self, ctx: &Ctx) {
-        if self.rq.ensure(ctx) {
-            self.prev = vec![None; self.rq.ncpus()];
-        }
-    }
-
     /// Puts a task into the run queue (and the set of the CPU it last ran on).
     fn enqueue(&mut self, id: TaskId) {
         let Some(t) = self.rq.get(id) else { return };
@@ -257,8 +250,12 @@ impl Policy for Linux22 {
         "linux22"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.rq.init(ncpus);
+        self.prev = vec![None; self.rq.ncpus()];
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.ensure(ctx);
         crate::task_index(task)?;
         // Out-of-range values are clamped, not refused: task parameters are shared by all
         // policies (fps reads `priority` too), and 2.2's sys_setpriority clamps nice.
@@ -267,14 +264,14 @@ impl Policy for Linux22 {
             (None, Some(&n)) => nice_to_priority(n, self.cfg.priority),
             (None, None) => info.parent.and_then(|p| self.rq.get(p)).map_or(self.cfg.priority, |p| p.priority),
         };
-        let st = runqueue::attach_state(task, info)?;
+        let st = St::of_attach(task, info)?;
         if self.rq.get(task).is_some() {
             self.forget_prev(task);
         }
         self.front -= 1;
         let t = Task { counter: priority, priority, pos: self.front, last_cpu: ctx.last_cpu(task) };
         self.rq.attach(task, st, info.guest, t)?;
-        if st == St::Queued {
+        if st == St::Ready {
             self.enqueue(task);
         }
         self.tick.arm(ctx);
@@ -289,7 +286,6 @@ impl Policy for Linux22 {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.ensure(ctx);
         if self.rq.get(task).is_none_or(|t| t.st != St::Blocked) {
             return;
         }
@@ -306,7 +302,7 @@ impl Policy for Linux22 {
             return;
         }
         let aff = ctx.affinity(task);
-        let t = self.rq.get(task).unwrap().data;
+        let t = self.rq.get(task).unwrap().data.data;
         let mut best: Option<(i64, CpuId)> = None;
         for c in ctx.cpus().filter(|&c| aff.contains(c)) {
             let Some((_, ct)) = self.rq.charged_on(ctx, c) else { continue };
@@ -329,7 +325,6 @@ impl Policy for Linux22 {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure(ctx);
         if self.rq.dispatch(task, cpu).is_none() {
             return;
         }
@@ -342,7 +337,6 @@ impl Policy for Linux22 {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.ensure(ctx);
         if self.rq.preempt(task, cpu).is_none() {
             return;
         }
@@ -370,7 +364,6 @@ impl Policy for Linux22 {
         if !self.tick.fired(token) {
             return;
         }
-        self.ensure(ctx);
         // update_process_times on every CPU: --counter; at 0, need_resched.
         for ci in 0..self.rq.ncpus() {
             let Some((_, cpu, t)) = self.rq.tick_target(ctx, ci) else { continue };
@@ -402,7 +395,6 @@ impl Policy for Linux22 {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.ensure(ctx);
         let ci = cpu.0 as usize;
         if ci >= self.prev.len() {
             return None;
@@ -413,7 +405,7 @@ impl Policy for Linux22 {
             // prev first (still_running): the others must beat it strictly.
             let mut best: Option<(i64, TaskId)> = None;
             if let Some((p, yielded)) = prev {
-                let ok = self.rq.get(p).is_some_and(|t| t.st == St::Queued) && ctx.allowed(p, cpu) && ctx.state(p) == TaskState::Runnable;
+                let ok = self.rq.get(p).is_some_and(|t| t.st == St::Ready) && ctx.allowed(p, cpu) && ctx.state(p) == TaskState::Runnable;
                 if ok {
                     let g = if yielded { -1 } else { self.goodness_prev(self.rq.get(p).unwrap(), cpu) };
                     best = Some((g, p));

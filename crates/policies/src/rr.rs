@@ -27,38 +27,25 @@
 
 use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, TaskId, TaskState, Wake};
 
+use crate::task_table::{Slot, St, Tasks, Undo};
+
 const NIL: u32 = u32::MAX;
 
-/// Where a task is, as far as the policy knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    /// Not attached to this scheduler.
-    Absent,
-    Blocked,
-    /// In the run queue.
-    Queued,
-    /// Returned by `pick`; `on_dispatch` or `on_refused` follows.
-    Picked,
-    Running(CpuId),
-}
-
+/// A task's place in the queue (while `Ready`) and its turn.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     prev: u32,
     next: u32,
-    st: St,
     /// The length of one full turn.
     budget: Ns,
     /// How much of the current turn has been used.
     used: Ns,
 }
 
-const EMPTY: Node = Node { prev: NIL, next: NIL, st: St::Absent, budget: 1, used: 0 };
-
 /// A FIFO run queue of tasks, each with a per-turn budget. See the module documentation.
 #[derive(Debug)]
 pub(crate) struct FifoCore {
-    nodes: Vec<Node>,
+    table: Tasks<Node>,
     head: u32,
     tail: u32,
     len: usize,
@@ -66,7 +53,7 @@ pub(crate) struct FifoCore {
 
 impl FifoCore {
     pub(crate) fn new() -> Self {
-        FifoCore { nodes: Vec::new(), head: NIL, tail: NIL, len: 0 }
+        FifoCore { table: Tasks::default(), head: NIL, tail: NIL, len: 0 }
     }
 
     /// Number of queued tasks.
@@ -80,42 +67,49 @@ impl FifoCore {
         let mut i = self.head;
         while i != NIL {
             out.push(TaskId(i));
-            i = self.nodes[i as usize].next;
+            i = self.n(i).next;
         }
         out
     }
 
-    fn node_mut(&mut self, task: TaskId) -> Option<&mut Node> {
-        self.nodes.get_mut(task.0 as usize).filter(|n| n.st != St::Absent)
+    /// The node of a task known to be attached (queue links only name attached tasks).
+    fn n(&self, i: u32) -> &Slot<Node> {
+        self.table.get(TaskId(i)).expect("a queued task is attached")
+    }
+
+    fn n_mut(&mut self, i: u32) -> &mut Slot<Node> {
+        self.table.get_mut(TaskId(i)).expect("a queued task is attached")
     }
 
     pub(crate) fn is_attached(&self, task: TaskId) -> bool {
-        self.nodes.get(task.0 as usize).is_some_and(|n| n.st != St::Absent)
+        self.table.contains(task)
     }
 
     fn push_back(&mut self, i: u32) {
-        let n = &mut self.nodes[i as usize];
-        n.prev = self.tail;
+        let tail = self.tail;
+        let n = self.n_mut(i);
+        n.prev = tail;
         n.next = NIL;
-        n.st = St::Queued;
-        if self.tail == NIL {
+        n.st = St::Ready;
+        if tail == NIL {
             self.head = i;
         } else {
-            self.nodes[self.tail as usize].next = i;
+            self.n_mut(tail).next = i;
         }
         self.tail = i;
         self.len += 1;
     }
 
     fn push_front(&mut self, i: u32) {
-        let n = &mut self.nodes[i as usize];
+        let head = self.head;
+        let n = self.n_mut(i);
         n.prev = NIL;
-        n.next = self.head;
-        n.st = St::Queued;
-        if self.head == NIL {
+        n.next = head;
+        n.st = St::Ready;
+        if head == NIL {
             self.tail = i;
         } else {
-            self.nodes[self.head as usize].prev = i;
+            self.n_mut(head).prev = i;
         }
         self.head = i;
         self.len += 1;
@@ -123,21 +117,21 @@ impl FifoCore {
 
     /// Removes `i` from the queue if it is there; its state is left to the caller.
     fn unlink(&mut self, i: u32) {
-        let Node { prev, next, st, .. } = self.nodes[i as usize];
-        if st != St::Queued {
+        let Some(&Slot { st, data: Node { prev, next, .. } }) = self.table.get(TaskId(i)) else { return };
+        if st != St::Ready {
             return;
         }
         if prev == NIL {
             self.head = next;
         } else {
-            self.nodes[prev as usize].next = next;
+            self.n_mut(prev).next = next;
         }
         if next == NIL {
             self.tail = prev;
         } else {
-            self.nodes[next as usize].prev = prev;
+            self.n_mut(next).prev = prev;
         }
-        let n = &mut self.nodes[i as usize];
+        let n = self.n_mut(i);
         n.prev = NIL;
         n.next = NIL;
         self.len -= 1;
@@ -146,34 +140,31 @@ impl FifoCore {
     /// Sets the state of `i`, taking it out of the queue first.
     fn set(&mut self, i: u32, st: St) {
         self.unlink(i);
-        self.nodes[i as usize].st = st;
+        self.n_mut(i).st = st;
+    }
+
+    /// Takes `task` out of the queue and forgets it.
+    fn forget(&mut self, task: TaskId) {
+        self.unlink(task.0);
+        self.table.remove(task);
     }
 
     /// Attaches `task` with a turn budget of `budget` (> 0) ns.
     pub(crate) fn attach(&mut self, task: TaskId, info: &AttachInfo, budget: Ns) -> Result<(), String> {
-        let idx = crate::task_index(task)?;
-        if idx >= self.nodes.len() {
-            self.nodes.resize(idx + 1, EMPTY);
-        }
-        let i = task.0;
-        self.set(i, St::Absent);
-        let n = &mut self.nodes[idx];
-        n.budget = budget.max(1);
-        n.used = 0;
-        match info.state {
-            TaskState::Runnable => {
-                self.push_back(i);
-            }
-            TaskState::Running(cpu) => self.nodes[idx].st = St::Running(cpu),
-            TaskState::Blocked => self.nodes[idx].st = St::Blocked,
-            TaskState::Dead => return Err(format!("{task} has exited")),
+        crate::task_index(task)?;
+        self.forget(task);
+        let st = St::of_attach(task, info)?;
+        self.table.insert(task, St::Blocked, Node { prev: NIL, next: NIL, budget: budget.max(1), used: 0 })?;
+        match st {
+            St::Ready => self.push_back(task.0),
+            st => self.n_mut(task.0).st = st,
         }
         Ok(())
     }
 
     /// Changes the turn budget of an attached task (takes effect from its next slice).
     pub(crate) fn set_budget(&mut self, task: TaskId, budget: Ns) -> bool {
-        match self.node_mut(task) {
+        match self.table.get_mut(task) {
             Some(n) => {
                 n.budget = budget.max(1);
                 true
@@ -183,13 +174,11 @@ impl FifoCore {
     }
 
     pub(crate) fn detach(&mut self, task: TaskId) {
-        if self.is_attached(task) {
-            self.set(task.0, St::Absent);
-        }
+        self.forget(task);
     }
 
     pub(crate) fn wake(&mut self, task: TaskId) {
-        if let Some(n) = self.node_mut(task) {
+        if let Some(n) = self.table.get_mut(task) {
             if n.st == St::Blocked {
                 n.used = 0;
                 self.push_back(task.0);
@@ -198,7 +187,7 @@ impl FifoCore {
     }
 
     pub(crate) fn block(&mut self, task: TaskId) {
-        if let Some(n) = self.node_mut(task) {
+        if let Some(n) = self.table.get_mut(task) {
             n.used = 0;
             self.set(task.0, St::Blocked);
         }
@@ -217,8 +206,8 @@ impl FifoCore {
     }
 
     pub(crate) fn preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        let Some(n) = self.node_mut(task) else { return };
-        if matches!(n.st, St::Queued | St::Blocked) {
+        let Some(n) = self.table.get_mut(task) else { return };
+        if matches!(n.st, St::Ready | St::Blocked) {
             return;
         }
         if why == Preempt::Resched && n.used < n.budget {
@@ -233,7 +222,7 @@ impl FifoCore {
     }
 
     pub(crate) fn run(&mut self, task: TaskId, ran: Ns) {
-        if let Some(n) = self.node_mut(task) {
+        if let Some(n) = self.table.get_mut(task) {
             n.used = n.used.saturating_add(ran);
         }
     }
@@ -241,21 +230,21 @@ impl FifoCore {
     pub(crate) fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         let mut i = self.head;
         while i != NIL {
-            let next = self.nodes[i as usize].next;
+            let next = self.n(i).next;
             let task = TaskId(i);
             if ctx.allowed(task, cpu) {
                 // The dispatcher's view is the truth; a disagreement is repaired here
                 // rather than refused later.
                 match ctx.state(task) {
                     TaskState::Runnable => {
-                        self.set(i, St::Picked);
-                        let n = &self.nodes[i as usize];
+                        self.set(i, St::Picked(cpu));
+                        let n = self.n(i);
                         let slice = n.budget.saturating_sub(n.used).max(1);
                         return Some(Decision::run(task, slice));
                     }
                     TaskState::Running(c) => self.set(i, St::Running(c)),
                     TaskState::Blocked => self.block(task),
-                    TaskState::Dead => self.set(i, St::Absent),
+                    TaskState::Dead => self.forget(task),
                 }
             }
             i = next;
@@ -263,24 +252,21 @@ impl FifoCore {
         None
     }
 
-    pub(crate) fn refused(&mut self, decision: Decision, why: Refusal) {
+    pub(crate) fn refused(&mut self, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if self.node_mut(task).map(|n| n.st) != Some(St::Picked) {
-            return;
-        }
-        match why {
+        match self.table.refused(cpu, task, why) {
             // Not ours to run (any more): forget it rather than offer it again.
-            Refusal::NoSuchTask | Refusal::NotYours => self.set(task.0, St::Absent),
+            Undo::Forget => self.forget(task),
             // It will be woken (on_wake) before it can run again.
-            Refusal::NotRunnable => self.block(task),
-            // on_preempt or on_block for that CPU will bring it back.
-            Refusal::RunningElsewhere(c) => self.set(task.0, St::Running(c)),
+            Undo::Blocked => self.block(task),
             // Keep its place; `pick` checks affinity, so it is not offered here again.
-            Refusal::NotAllowed => self.push_front(task.0),
-            Refusal::ZeroSlice => {
-                self.nodes[task.0 as usize].used = 0;
+            Undo::Requeue { zero_slice: false } => self.push_front(task.0),
+            Undo::Requeue { zero_slice: true } => {
+                self.n_mut(task.0).used = 0;
                 self.push_back(task.0);
             }
+            // on_preempt or on_block for that CPU will bring it back.
+            Undo::Running(_) | Undo::Nothing => {}
         }
     }
 }
@@ -351,7 +337,7 @@ impl Policy for RoundRobin {
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         self.core.pick(ctx, cpu)
     }
-    fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, decision: Decision, why: Refusal) {
-        self.core.refused(decision, why);
+    fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
+        self.core.refused(cpu, decision, why);
     }
 }

@@ -14,62 +14,44 @@
 use std::collections::BTreeSet;
 use std::ops::{Deref, DerefMut};
 
-use vassal_core::{AttachInfo, CpuId, Ctx, Ns, Refusal, TaskId, TaskState};
+use vassal_core::{CpuId, Ctx, Ns, Refusal, TaskId, TaskState};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum St {
-    Blocked,
-    /// In the ready set.
-    Queued,
-    /// Returned by `pick` on this CPU; `on_dispatch` or `on_refused` follows.
-    Picked(CpuId),
-    Running(CpuId),
-}
+pub(crate) use crate::task_table::St;
+use crate::task_table::{self, Tasks, Undo};
 
-/// One task: its state, whether it is a guest, where it is queued, and the policy's data
-/// (reachable through `Deref`).
+/// A task's run-queue record: whether it is a guest, where it is queued, and the
+/// policy's data (reachable through `Deref`).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Slot<K, T> {
-    pub st: St,
+pub(crate) struct Entry<K, T> {
     pub guest: bool,
-    /// The key it is queued at, and the CPU set it is mirrored in (while `Queued`).
+    /// The key it is queued at, and the CPU set it is mirrored in (while `Ready`).
     queued: Option<(K, Option<CpuId>)>,
     pub data: T,
 }
 
-impl<K, T> Deref for Slot<K, T> {
+impl<K, T> Deref for Entry<K, T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.data
     }
 }
 
-impl<K, T> DerefMut for Slot<K, T> {
+impl<K, T> DerefMut for Entry<K, T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.data
     }
 }
 
+/// One task of a run queue: its state and its [`Entry`].
+pub(crate) type Slot<K, T> = task_table::Slot<Entry<K, T>>;
+
 #[derive(Debug)]
 pub(crate) struct RunQueue<K, T> {
-    tasks: Vec<Option<Slot<K, T>>>,
+    /// The tasks and the per-CPU `picked` / `running` tables.
+    table: Tasks<Entry<K, T>>,
     ready: BTreeSet<(K, u32)>,
     /// Per CPU: the queued tasks enqueued with that CPU as their home.
     per_cpu: Vec<BTreeSet<(K, u32)>>,
-    /// Per CPU: the task the policy picked and has not yet seen dispatched.
-    pub picked: Vec<Option<TaskId>>,
-    /// Per CPU: the task running there that the policy charges.
-    pub running: Vec<Option<TaskId>>,
-}
-
-/// The state a task attached in `info` starts in (a dead task is refused).
-pub(crate) fn attach_state(task: TaskId, info: &AttachInfo) -> Result<St, String> {
-    Ok(match info.state {
-        TaskState::Runnable => St::Queued,
-        TaskState::Running(c) => St::Running(c),
-        TaskState::Blocked => St::Blocked,
-        TaskState::Dead => return Err(format!("{task} has exited")),
-    })
 }
 
 /// A policy's own periodic tick: the scheduler event `token` at the multiples of `every`,
@@ -120,47 +102,41 @@ pub(crate) fn idle_cpu_for(ctx: &Ctx, task: TaskId) -> bool {
 
 impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     pub fn new() -> Self {
-        RunQueue { tasks: Vec::new(), ready: BTreeSet::new(), per_cpu: Vec::new(), picked: Vec::new(), running: Vec::new() }
+        RunQueue { table: Tasks::default(), ready: BTreeSet::new(), per_cpu: Vec::new() }
     }
 
-    /// Sizes the per-CPU tables on the first callback; true if it did now.
-    pub fn ensure(&mut self, ctx: &Ctx) -> bool {
-        if !self.running.is_empty() {
-            return false;
-        }
-        let n = ctx.ncpus().max(1) as usize;
-        self.per_cpu = (0..n).map(|_| BTreeSet::new()).collect();
-        self.picked = vec![None; n];
-        self.running = vec![None; n];
-        true
+    /// Sizes the per-CPU tables for a machine of `ncpus` CPUs (from `Policy::init`).
+    pub fn init(&mut self, ncpus: u16) {
+        self.table.init(ncpus);
+        self.per_cpu = (0..self.table.ncpus()).map(|_| BTreeSet::new()).collect();
     }
 
-    /// The number of CPUs (0 before the first callback).
+    /// The number of CPUs (0 before `init`).
     pub fn ncpus(&self) -> usize {
-        self.running.len()
+        self.table.ncpus()
     }
 
     pub fn get(&self, id: TaskId) -> Option<&Slot<K, T>> {
-        self.tasks.get(id.0 as usize).and_then(|t| t.as_ref())
+        self.table.get(id)
     }
 
     /// A task's slot, to change its data (not a queued task's key: see `set_key`).
     pub fn get_mut(&mut self, id: TaskId) -> Option<&mut Slot<K, T>> {
-        self.tasks.get_mut(id.0 as usize).and_then(|t| t.as_mut())
+        self.table.get_mut(id)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tasks.iter().all(|t| t.is_none())
+        self.table.is_empty()
     }
 
     /// Every task's slot (for a policy's periodic recalculation; then `rebuild`).
     pub fn slots_mut(&mut self) -> impl Iterator<Item = &mut Slot<K, T>> {
-        self.tasks.iter_mut().flatten()
+        self.table.iter_mut().map(|(_, t)| t)
     }
 
     /// Every task this policy holds, in id order.
     pub fn ids(&self) -> impl Iterator<Item = TaskId> + '_ {
-        self.tasks.iter().enumerate().filter(|(_, t)| t.is_some()).map(|(i, _)| TaskId(i as u32))
+        self.table.ids()
     }
 
     /// The number of queued tasks.
@@ -173,24 +149,24 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
         self.ready.iter().map(|k| TaskId(k.1)).collect()
     }
 
+    /// The task charged on `cpu`, whether or not it still runs there.
+    pub fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
+        self.table.running_on(cpu)
+    }
+
     /// Adds (or replaces) a task in state `st`; a queued one is then the caller's to
     /// `enqueue`, a running one is charged on its CPU unless it is a guest.
     pub fn attach(&mut self, task: TaskId, st: St, guest: bool, data: T) -> Result<(), String> {
-        let idx = crate::task_index(task)?;
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, None);
-        }
+        crate::task_index(task)?;
         if self.get(task).is_some() {
             self.dequeue(task);
             self.forget_refs(task);
         }
-        self.tasks[idx] = Some(Slot { st: St::Blocked, guest, queued: None, data });
+        self.table.insert(task, St::Blocked, Entry { guest, queued: None, data })?;
         if let St::Running(c) = st {
             self.set_state(task, st);
             if !guest {
-                if let Some(r) = self.running.get_mut(c.0 as usize) {
-                    *r = Some(task);
-                }
+                self.table.set_running(c, task);
             }
         }
         Ok(())
@@ -201,7 +177,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
         if self.get(id).is_some() {
             self.dequeue(id);
             self.forget_refs(id);
-            self.tasks[id.0 as usize] = None;
+            self.table.remove(id);
         }
     }
 
@@ -210,7 +186,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     pub fn enqueue(&mut self, id: TaskId, key: K, home: Option<CpuId>) {
         self.dequeue(id);
         let Some(t) = self.get_mut(id) else { return };
-        t.st = St::Queued;
+        t.st = St::Ready;
         t.queued = Some((key, home));
         self.ready.insert((key, id.0));
         if let Some(s) = home.and_then(|c| self.per_cpu.get_mut(c.0 as usize)) {
@@ -221,7 +197,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// Takes a queued task out of the ready set (its state is left to the caller).
     pub fn dequeue(&mut self, id: TaskId) {
         let Some(t) = self.get_mut(id) else { return };
-        if t.st != St::Queued {
+        if t.st != St::Ready {
             return;
         }
         let Some((key, home)) = t.queued.take() else { return };
@@ -231,7 +207,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
         }
     }
 
-    /// Sets a state other than `Queued` (use `enqueue` for that), leaving the ready set.
+    /// Sets a state other than `Ready` (use `enqueue` for that), leaving the ready set.
     pub fn set_state(&mut self, id: TaskId, st: St) {
         self.dequeue(id);
         if let Some(t) = self.get_mut(id) {
@@ -242,7 +218,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// Changes a queued task's key, keeping it queued (nothing if it is not queued).
     pub fn set_key(&mut self, id: TaskId, key: K) {
         let Some(t) = self.get(id) else { return };
-        if t.st == St::Queued {
+        if t.st == St::Ready {
             let home = t.queued.and_then(|q| q.1);
             self.enqueue(id, key, home);
         }
@@ -251,12 +227,14 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// Recomputes every queued task's key (after a change to all tasks' data).
     pub fn rebuild(&mut self, key: impl Fn(&T) -> K) {
         let mut keys: Vec<((K, u32), Option<CpuId>)> = Vec::new();
-        for (i, t) in self.tasks.iter_mut().enumerate() {
-            let Some(t) = t.as_mut().filter(|t| t.st == St::Queued) else { continue };
+        for (id, t) in self.table.iter_mut() {
+            if t.st != St::Ready {
+                continue;
+            }
             let home = t.queued.and_then(|q| q.1);
-            let k = key(&t.data);
+            let k = key(&t.data.data);
             t.queued = Some((k, home));
-            keys.push(((k, i as u32), home));
+            keys.push(((k, id.0), home));
         }
         self.ready = keys.iter().map(|k| k.0).collect();
         for s in self.per_cpu.iter_mut() {
@@ -271,11 +249,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
 
     /// Clears the per-CPU references to a task.
     pub fn forget_refs(&mut self, id: TaskId) {
-        for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if *r == Some(id) {
-                *r = None;
-            }
-        }
+        self.table.forget_cpu_refs(id);
     }
 
     /// The first queued task — of `cpu`'s own set if `own`, else of the ready set — among
@@ -306,7 +280,7 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// Records a decision: `id` is picked on `cpu`.
     pub fn pick(&mut self, id: TaskId, cpu: CpuId) {
         self.set_state(id, St::Picked(cpu));
-        self.picked[cpu.0 as usize] = Some(id);
+        self.table.picked[cpu.0 as usize] = Some(id);
     }
 
     /// Work conservation: an idle CPU while tasks wait is asked to decide.
@@ -320,70 +294,48 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// or it is not a guest. None if `cpu` is unknown; else whether it is charged.
     pub fn dispatch(&mut self, task: TaskId, cpu: CpuId) -> Option<bool> {
         let ci = cpu.0 as usize;
-        if ci >= self.running.len() {
+        if ci >= self.table.ncpus() {
             return None;
         }
-        let ours = self.picked[ci] == Some(task);
-        self.picked[ci] = None;
-        self.running[ci] = None;
+        let ours = self.table.picked[ci] == Some(task);
+        self.table.picked[ci] = None;
+        self.table.running[ci] = None;
         let Some(t) = self.get(task).copied() else { return Some(false) };
         self.set_state(task, St::Running(cpu));
         if !ours && t.guest {
             return Some(false);
         }
         // The same task may not be charged on two CPUs.
-        self.forget_running(task);
-        self.running[ci] = Some(task);
+        self.table.forget_running(task);
+        self.table.running[ci] = Some(task);
         Some(true)
-    }
-
-    fn forget_running(&mut self, id: TaskId) {
-        for r in self.running.iter_mut() {
-            if *r == Some(id) {
-                *r = None;
-            }
-        }
     }
 
     /// `on_preempt`: the task (if running or picked) stops being charged on `cpu`. Returns
     /// its slot and whether it was charged there; the caller queues it.
     pub fn preempt(&mut self, task: TaskId, cpu: CpuId) -> Option<(Slot<K, T>, bool)> {
         let t = self.get(task).copied()?;
-        if matches!(t.st, St::Queued | St::Blocked) {
+        if matches!(t.st, St::Ready | St::Blocked) {
             return None;
         }
-        let ci = cpu.0 as usize;
-        let charged = self.running.get(ci).copied().flatten() == Some(task);
-        if charged {
-            self.running[ci] = None;
-        }
+        let charged = self.table.clear_running(cpu, task);
         Some((t, charged))
     }
 
     /// `on_refused`: undoes a pick. Returns the slot when the task is to be queued again
     /// (not allowed there, zero slice), which is the caller's to do.
     pub fn refused(&mut self, cpu: CpuId, task: TaskId, why: Refusal) -> Option<Slot<K, T>> {
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if *p == Some(task) {
-                *p = None;
-            }
-        }
-        let t = self.get(task).copied()?;
-        if !matches!(t.st, St::Picked(_)) {
-            return None;
-        }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => self.remove(task),
-            Refusal::NotRunnable => self.set_state(task, St::Blocked),
-            Refusal::RunningElsewhere(c) => self.set_state(task, St::Running(c)),
-            Refusal::NotAllowed | Refusal::ZeroSlice => return Some(t),
+        match self.table.refused(cpu, task, why) {
+            Undo::Forget => self.remove(task),
+            Undo::Requeue { .. } => return self.get(task).copied(),
+            Undo::Nothing | Undo::Blocked | Undo::Running(_) => {}
         }
         None
     }
 
     /// The task charged on `cpu`, if it is still the one running there.
     pub fn charged_on(&self, ctx: &Ctx, cpu: CpuId) -> Option<(TaskId, &Slot<K, T>)> {
-        let id = self.running.get(cpu.0 as usize).copied().flatten()?;
+        let id = self.table.running_on(cpu)?;
         if ctx.running_on(cpu) != Some(id) {
             return None;
         }
@@ -393,10 +345,10 @@ impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     /// At a tick: the task charged on CPU `ci` (forgotten if it no longer runs there), if
     /// it is running there.
     pub fn tick_target(&mut self, ctx: &Ctx, ci: usize) -> Option<(TaskId, CpuId, &mut Slot<K, T>)> {
-        let id = self.running[ci]?;
+        let id = self.table.running[ci]?;
         let cpu = CpuId(ci as u16);
         if ctx.running_on(cpu) != Some(id) {
-            self.running[ci] = None;
+            self.table.running[ci] = None;
             return None;
         }
         let t = self.get_mut(id)?;

@@ -1,10 +1,20 @@
-//! The per-task bookkeeping shared by the deadline policies [`crate::edf`] and
-//! [`crate::dbs`]: a task table indexed by `TaskId`, each task's state (blocked, ready,
-//! picked, running), the per-CPU `picked` / `running` tables, and a FIFO sequence counter.
-//! The policies keep their own queues and rules; this holds only what they do alike.
+//! The one task table of the built-in policies (like ghOSt's `TaskAllocator<T>`): per-task
+//! policy data `T` indexed by `TaskId`, each task's state ([`St`]: blocked, ready, picked
+//! on a CPU, running on a CPU) kept in one place, the per-CPU `picked` / `running` tables
+//! (entries `R`, at least the task), a FIFO sequence counter, and what every policy's
+//! `on_refused` does alike ([`Tasks::refused`]). The policies keep their own queues and
+//! rules; this holds only what they do alike.
+//!
+//! Invariants: the per-CPU tables are sized once, by [`Tasks::init`] from the policy's
+//! `Policy::init`, and never grow; before that (a policy driven directly, without a
+//! dispatcher) every per-CPU operation is a no-op. A task's data is reachable through
+//! its [`Slot`] by `Deref`; only the policy changes a task's state, through `st`.
 
-use vassal_core::{AttachInfo, CpuId, Ctx, TaskId, TaskState};
+use std::ops::{Deref, DerefMut};
 
+use vassal_core::{AttachInfo, CpuId, Refusal, TaskId, TaskState};
+
+/// Where a task is, as far as its policy knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum St {
     Blocked,
@@ -15,14 +25,16 @@ pub(crate) enum St {
     Running(CpuId),
 }
 
-/// The state a task attached in `info` starts in (a dead task is refused).
-pub(crate) fn attach_state(task: TaskId, info: &AttachInfo) -> Result<St, String> {
-    Ok(match info.state {
-        TaskState::Runnable => St::Ready,
-        TaskState::Running(c) => St::Running(c),
-        TaskState::Blocked => St::Blocked,
-        TaskState::Dead => return Err(format!("{task} has exited")),
-    })
+impl St {
+    /// The state a task attached in `info` starts in (a dead task is refused).
+    pub fn of_attach(task: TaskId, info: &AttachInfo) -> Result<St, String> {
+        Ok(match info.state {
+            TaskState::Runnable => St::Ready,
+            TaskState::Running(c) => St::Running(c),
+            TaskState::Blocked => St::Blocked,
+            TaskState::Dead => return Err(format!("{task} has exited")),
+        })
+    }
 }
 
 /// What a per-CPU `picked` / `running` entry records: at least the task.
@@ -36,10 +48,45 @@ impl CpuEntry for TaskId {
     }
 }
 
+/// One task: its state and the policy's data (reachable through `Deref`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot<T> {
+    pub st: St,
+    pub data: T,
+}
+
+impl<T> Deref for Slot<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+impl<T> DerefMut for Slot<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.data
+    }
+}
+
+/// What `on_refused` leaves to the policy after [`Tasks::refused`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Undo {
+    /// The task is unknown or was not picked: nothing to undo.
+    Nothing,
+    /// No such task, or not ours (any more): the policy forgets it.
+    Forget,
+    /// It is blocked (its state is set): it will be woken before it can run again.
+    Blocked,
+    /// It runs on that CPU (its state is set): `on_preempt` or `on_block` there brings it back.
+    Running(CpuId),
+    /// Not allowed on this CPU, or a zero slice (`true`): the policy queues it again.
+    Requeue { zero_slice: bool },
+}
+
 /// The tasks (policy data `T`, indexed by `TaskId`) and the per-CPU entries `R`.
 #[derive(Debug)]
-pub(crate) struct TaskTable<T, R> {
-    tasks: Vec<Option<T>>,
+pub(crate) struct Tasks<T, R = TaskId> {
+    slots: Vec<Option<Slot<T>>>,
     next_seq: u64,
     /// Per CPU: the entry the policy picked and has not yet seen dispatched.
     pub picked: Vec<Option<R>>,
@@ -47,49 +94,82 @@ pub(crate) struct TaskTable<T, R> {
     pub running: Vec<Option<R>>,
 }
 
-impl<T, R> Default for TaskTable<T, R> {
+impl<T, R> Default for Tasks<T, R> {
     fn default() -> Self {
-        TaskTable { tasks: Vec::new(), next_seq: 0, picked: Vec::new(), running: Vec::new() }
+        Tasks { slots: Vec::new(), next_seq: 0, picked: Vec::new(), running: Vec::new() }
     }
 }
 
-impl<T, R: CpuEntry> TaskTable<T, R> {
-    /// Sizes the per-CPU tables for the machine.
-    pub fn ensure(&mut self, ctx: &Ctx) {
-        let n = ctx.ncpus().max(1) as usize;
-        if self.running.len() < n {
-            self.running.resize(n, None);
-            self.picked.resize(n, None);
+impl<T, R: CpuEntry> Tasks<T, R> {
+    /// Sizes the per-CPU tables for a machine of `ncpus` CPUs (from `Policy::init`).
+    pub fn init(&mut self, ncpus: u16) {
+        let n = ncpus.max(1) as usize;
+        self.running = vec![None; n];
+        self.picked = vec![None; n];
+    }
+
+    /// The number of CPUs (0 before `init`).
+    pub fn ncpus(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn get(&self, id: TaskId) -> Option<&Slot<T>> {
+        self.slots.get(id.0 as usize).and_then(|t| t.as_ref())
+    }
+
+    pub fn get_mut(&mut self, id: TaskId) -> Option<&mut Slot<T>> {
+        self.slots.get_mut(id.0 as usize).and_then(|t| t.as_mut())
+    }
+
+    pub fn contains(&self, id: TaskId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Stores (or replaces) the task's data in state `st`, growing the table; a task id
+    /// too large for a table is refused (for `on_attach`).
+    pub fn insert(&mut self, id: TaskId, st: St, data: T) -> Result<(), String> {
+        let idx = crate::task_index(id)?;
+        if idx >= self.slots.len() {
+            self.slots.resize_with(idx + 1, || None);
         }
+        self.slots[idx] = Some(Slot { st, data });
+        Ok(())
     }
 
-    pub fn get(&self, id: TaskId) -> Option<&T> {
-        self.tasks.get(id.0 as usize).and_then(|t| t.as_ref())
+    /// Drops the task's data (its per-CPU entries are the caller's: `forget_cpu_refs`).
+    pub fn remove(&mut self, id: TaskId) -> Option<Slot<T>> {
+        self.slots.get_mut(id.0 as usize).and_then(|t| t.take())
     }
 
-    pub fn get_mut(&mut self, id: TaskId) -> Option<&mut T> {
-        self.tasks.get_mut(id.0 as usize).and_then(|t| t.as_mut())
+    /// True if no task is attached.
+    pub fn is_empty(&self) -> bool {
+        self.slots.iter().all(|t| t.is_none())
     }
 
-    /// Stores the task's data at `idx` (from [`crate::task_index`]), growing the table.
-    pub fn put(&mut self, idx: usize, t: T) {
-        if idx >= self.tasks.len() {
-            self.tasks.resize_with(idx + 1, || None);
-        }
-        self.tasks[idx] = Some(t);
+    /// Every task, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (TaskId, &Slot<T>)> {
+        self.slots.iter().enumerate().filter_map(|(i, t)| t.as_ref().map(|t| (TaskId(i as u32), t)))
     }
 
-    /// Drops the task's data.
-    pub fn remove(&mut self, id: TaskId) {
-        if let Some(t) = self.tasks.get_mut(id.0 as usize) {
-            *t = None;
-        }
+    /// Every task, in id order, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (TaskId, &mut Slot<T>)> {
+        self.slots.iter_mut().enumerate().filter_map(|(i, t)| t.as_mut().map(|t| (TaskId(i as u32), t)))
+    }
+
+    /// Every task's id, in id order.
+    pub fn ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.iter().map(|(id, _)| id)
     }
 
     /// The next place at the tail of a FIFO.
     pub fn tail_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq
+    }
+
+    /// The entry running on CPU `c`, if any.
+    pub fn running_on(&self, c: CpuId) -> Option<R> {
+        self.running.get(c.0 as usize).copied().flatten()
     }
 
     /// Records `entry` as running on CPU `c` (a task attached while running).
@@ -99,30 +179,62 @@ impl<T, R: CpuEntry> TaskTable<T, R> {
         }
     }
 
-    /// Clears the `running` entry of CPU `cpu` if it is the task's.
-    pub fn clear_running(&mut self, cpu: CpuId, id: TaskId) {
-        if let Some(r) = self.running.get_mut(cpu.0 as usize) {
-            if r.is_some_and(|r| r.task() == id) {
-                *r = None;
-            }
-        }
+    /// Clears the `running` entry of CPU `cpu` if it is the task's; true if it was.
+    pub fn clear_running(&mut self, cpu: CpuId, id: TaskId) -> bool {
+        clear_if(self.running.get_mut(cpu.0 as usize), id)
     }
 
-    /// Clears the `picked` entry of CPU `cpu` if it is the task's.
-    pub fn clear_picked(&mut self, cpu: CpuId, id: TaskId) {
-        if let Some(p) = self.picked.get_mut(cpu.0 as usize) {
-            if p.is_some_and(|p| p.task() == id) {
-                *p = None;
-            }
+    /// Clears the `picked` entry of CPU `cpu` if it is the task's; true if it was.
+    pub fn clear_picked(&mut self, cpu: CpuId, id: TaskId) -> bool {
+        clear_if(self.picked.get_mut(cpu.0 as usize), id)
+    }
+
+    /// Clears every `running` entry of the task.
+    pub fn forget_running(&mut self, id: TaskId) {
+        for r in self.running.iter_mut() {
+            clear_if(Some(r), id);
         }
     }
 
     /// Clears every `running` and `picked` entry of the task.
     pub fn forget_cpu_refs(&mut self, id: TaskId) {
         for r in self.running.iter_mut().chain(self.picked.iter_mut()) {
-            if r.is_some_and(|r| r.task() == id) {
-                *r = None;
-            }
+            clear_if(Some(r), id);
         }
+    }
+
+    /// `on_refused`, the part every policy does alike: the task is no longer picked on
+    /// `cpu`; if it was picked, a blocked task or one running elsewhere takes that state.
+    /// The rest (forgetting it, queueing it again) is the policy's, as the answer says.
+    pub fn refused(&mut self, cpu: CpuId, id: TaskId, why: Refusal) -> Undo {
+        self.clear_picked(cpu, id);
+        let Some(t) = self.get_mut(id) else { return Undo::Nothing };
+        if !matches!(t.st, St::Picked(_)) {
+            return Undo::Nothing;
+        }
+        match why {
+            Refusal::NoSuchTask | Refusal::NotYours => Undo::Forget,
+            Refusal::NotRunnable => {
+                t.st = St::Blocked;
+                Undo::Blocked
+            }
+            Refusal::RunningElsewhere(c) => {
+                t.st = St::Running(c);
+                Undo::Running(c)
+            }
+            Refusal::NotAllowed => Undo::Requeue { zero_slice: false },
+            Refusal::ZeroSlice => Undo::Requeue { zero_slice: true },
+        }
+    }
+}
+
+/// Clears `entry` if it is the task's; true if it was.
+fn clear_if<R: CpuEntry>(entry: Option<&mut Option<R>>, id: TaskId) -> bool {
+    match entry {
+        Some(e) if e.is_some_and(|r| r.task() == id) => {
+            *e = None;
+            true
+        }
+        _ => false,
     }
 }

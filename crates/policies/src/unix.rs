@@ -331,12 +331,6 @@ impl Unix {
         self.rq.ready_ids()
     }
 
-    fn ensure(&mut self, ctx: &Ctx) {
-        if self.rq.ensure(ctx) {
-            self.since = vec![0; self.rq.ncpus()];
-        }
-    }
-
     /// Makes a task ready anew: behind the ready tasks of its priority.
     fn enqueue(&mut self, id: TaskId) {
         self.seq += 1;
@@ -411,8 +405,12 @@ impl Policy for Unix {
         "unix"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.rq.init(ncpus);
+        self.since = vec![0; self.rq.ncpus()];
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.ensure(ctx);
         crate::task_index(task)?;
         let parent = info.parent.and_then(|p| self.rq.get(p)).copied();
         let nice = match info.params.get("nice") {
@@ -429,7 +427,7 @@ impl Policy for Unix {
             }
             None => self.cfg.wait_pri,
         };
-        let st = runqueue::attach_state(task, info)?;
+        let st = St::of_attach(task, info)?;
         let asleep = st == St::Blocked;
         let t = Task {
             cpu: 0,
@@ -440,7 +438,7 @@ impl Policy for Unix {
             seq: 0,
         };
         self.rq.attach(task, st, info.guest, t)?;
-        if st == St::Queued {
+        if st == St::Ready {
             self.enqueue(task);
         }
         self.tick.arm(ctx);
@@ -452,7 +450,6 @@ impl Policy for Unix {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.ensure(ctx);
         let Some(t) = self.rq.get(task).copied() else { return };
         if t.st != St::Blocked {
             return;
@@ -491,7 +488,6 @@ impl Policy for Unix {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.ensure(ctx);
         let Some(charged) = self.rq.dispatch(task, cpu) else { return };
         if charged {
             self.since[cpu.0 as usize] = ctx.now();
@@ -500,7 +496,6 @@ impl Policy for Unix {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        self.ensure(ctx);
         let Some((t, _)) = self.rq.preempt(task, cpu) else { return };
         if t.kernel && why != Preempt::Yield {
             // A task in kernel mode is not preempted (§3 preempts only user mode): a
@@ -520,7 +515,6 @@ impl Policy for Unix {
         if !self.tick.fired(token) {
             return;
         }
-        self.ensure(ctx);
         // The clock interrupt on every CPU: ++p_cpu (at most 255) for the running task; a
         // task woken into kernel mode returns to user mode at its first tick, and is
         // preempted then if a better task became ready meanwhile.
@@ -593,7 +587,6 @@ impl Policy for Unix {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.ensure(ctx);
         if cpu.0 as usize >= self.rq.ncpus() {
             return None;
         }

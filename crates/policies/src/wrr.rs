@@ -110,7 +110,7 @@ impl Policy for WeightedRoundRobin {
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         self.core.pick(ctx, cpu)
     }
-    fn on_refused(&mut self, _ctx: &mut Ctx, _cpu: CpuId, decision: Decision, why: Refusal) {
-        self.core.refused(decision, why);
+    fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
+        self.core.refused(cpu, decision, why);
     }
 }

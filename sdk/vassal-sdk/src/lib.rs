@@ -482,7 +482,9 @@ pub mod rt {
     pub fn init(build: Builder, ncpus: i32, params_len: i32) -> i32 {
         let text = buffer_text(params_len);
         let r = guard(Err(String::new()), || {
-            let s = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16))?;
+            let mut s = Params::decode(&text).and_then(|p| build(&p, ncpus.clamp(1, 64) as u16))?;
+            // The module is the policy's dispatcher: it sizes its per-CPU state once.
+            s.policy.init(ncpus.clamp(1, 64) as u16);
             send_str(|p, l| unsafe { host::set_kind(p, l) }, s.policy.kind());
             // SAFETY: see `Global`.
             unsafe {

@@ -118,6 +118,7 @@ use vassal_core::{
 };
 
 use crate::params::Params;
+use crate::task_table::{Slot, St, Tasks, Undo};
 
 /// Virtual-time units per virtual nanosecond (lcm(1..16): exact mcu advances for small weights).
 pub const VT_SCALE: i128 = 720_720;
@@ -232,13 +233,6 @@ pub struct BvtTaskInfo {
     pub interactive_level: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Queued,
-    Running(CpuId),
-    Blocked { voluntary: bool },
-}
-
 #[derive(Clone, Debug)]
 struct Task {
     weight: u64,
@@ -261,7 +255,9 @@ struct Task {
     warp_run_from: Option<Ns>,
     /// May not start a warped episode before this time (U_i).
     unwarp_until: Ns,
-    st: St,
+    /// When blocked: a voluntary sleep (§2.1: it leaves the SVT minimum; an involuntary
+    /// block keeps counting in it).
+    voluntary: bool,
     /// Unused part of the last charged mcu.
     credit: Ns,
     /// Time of the last dispatch or `on_run`.
@@ -276,8 +272,8 @@ struct Task {
 }
 
 impl Task {
-    /// A task of this weight in state `st`, at AVT 0, without warp.
-    fn new(weight: u64, st: St) -> Task {
+    /// A task of this weight, at AVT 0, without warp.
+    fn new(weight: u64) -> Task {
         Task {
             weight,
             avt: 0,
@@ -292,7 +288,7 @@ impl Task {
             warp_left: 0,
             warp_run_from: None,
             unwarp_until: 0,
-            st,
+            voluntary: true,
             credit: 0,
             settled_at: 0,
             stopped: None,
@@ -309,19 +305,22 @@ impl Task {
     fn evt(&self) -> i128 {
         self.avt - if self.warped { self.warp_vt() } else { 0 }
     }
+}
+
+impl Slot<Task> {
+    /// Runnable, not running (`pick` leaves a picked task in the queue until `on_dispatch`).
     fn in_queue(&self) -> bool {
-        self.st == St::Queued
+        matches!(self.st, St::Ready | St::Picked(_))
     }
     /// §2.1: SVT is the minimum over runnable tasks; involuntarily blocked ones keep counting.
     fn in_svt(&self) -> bool {
-        !matches!(self.st, St::Blocked { voluntary: true })
+        !(self.st == St::Blocked && self.voluntary)
     }
 }
 
+/// Per CPU, besides the table's `running` (our task running here).
 #[derive(Clone, Debug, Default)]
 struct CpuState {
-    /// Our task running here.
-    current: Option<TaskId>,
     /// The task just preempted here, why and when (consumed by the next `pick`).
     prev: Option<(TaskId, Preempt, Ns)>,
     /// The next decision here is a plain earliest-EVT one (a wake-up preemption or a
@@ -342,7 +341,8 @@ type Cand = (i128, i128, TaskId);
 #[derive(Debug)]
 pub struct Bvt {
     cfg: BvtConfig,
-    tasks: Vec<Option<Task>>,
+    /// The tasks, and per CPU the one running there (`picked` is unused: `CpuState::pending`).
+    tasks: Tasks<Task>,
     /// Runnable, not running: (E, A, id).
     queue: BTreeSet<Cand>,
     /// Counted in SVT: (A, id).
@@ -396,7 +396,7 @@ impl Bvt {
         }
         Ok(Bvt {
             cfg,
-            tasks: Vec::new(),
+            tasks: Tasks::default(),
             queue: BTreeSet::new(),
             svt_set: BTreeSet::new(),
             svt_floor: 0,
@@ -437,7 +437,7 @@ impl Bvt {
 
     /// Tasks attached to this scheduler.
     pub fn task_count(&self) -> usize {
-        self.tasks.iter().filter(|t| t.is_some()).count()
+        self.tasks.iter().count()
     }
 
     /// The runnable, not running task with the earliest EVT (ties: AVT, then id), ignoring
@@ -448,29 +448,33 @@ impl Bvt {
 
     // ----- bookkeeping -----
 
-    fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(id.0 as usize).and_then(|t| t.as_ref())
+    fn task(&self, id: TaskId) -> Option<&Slot<Task>> {
+        self.tasks.get(id)
     }
 
-    fn t(&self, id: TaskId) -> &Task {
+    fn t(&self, id: TaskId) -> &Slot<Task> {
         self.task(id).expect("task is attached")
     }
 
-    fn t_mut(&mut self, id: TaskId) -> &mut Task {
-        self.tasks[id.0 as usize].as_mut().expect("task is attached")
+    fn t_mut(&mut self, id: TaskId) -> &mut Slot<Task> {
+        self.tasks.get_mut(id).expect("task is attached")
     }
 
+    /// CPU `cpu`'s state (sized in `init`, which the dispatcher calls first).
     fn cpu(&mut self, cpu: CpuId) -> &mut CpuState {
-        let i = cpu.0 as usize;
-        if self.cpus.len() <= i {
-            self.cpus.resize(i + 1, CpuState::default());
+        &mut self.cpus[cpu.0 as usize]
+    }
+
+    /// Clears CPU `cpu`'s running task if it is `id` (and its slice end with it).
+    fn stop_on(&mut self, cpu: CpuId, id: TaskId) {
+        if self.tasks.clear_running(cpu, id) {
+            self.cpu(cpu).slice_end = None;
         }
-        &mut self.cpus[i]
     }
 
     /// Removes the task from the ordered sets (before its keys change).
     fn unlink(&mut self, id: TaskId) {
-        let t = self.tasks[id.0 as usize].as_ref().expect("task is attached");
+        let t = self.t(id);
         let (e, a, q, s) = (t.evt(), t.avt, t.in_queue(), t.in_svt());
         if q {
             self.queue.remove(&(e, a, id));
@@ -485,7 +489,7 @@ impl Bvt {
     }
 
     fn link(&mut self, id: TaskId) {
-        let t = self.tasks[id.0 as usize].as_ref().expect("task is attached");
+        let t = self.t(id);
         let (e, a, q, s) = (t.evt(), t.avt, t.in_queue(), t.in_svt());
         if q {
             self.queue.insert((e, a, id));
@@ -497,12 +501,21 @@ impl Bvt {
 
     /// Changes a task's state, keeping the ordered sets keyed right (touching only the
     /// sets whose key or membership changed).
-    fn update(&mut self, id: TaskId, f: impl FnOnce(&mut Task)) {
-        let keys = |t: &Task| (t.in_queue().then(|| (t.evt(), t.avt, id)), t.in_svt().then_some((t.avt, id)));
-        let t = self.tasks[id.0 as usize].as_mut().expect("task is attached");
-        let (q0, s0) = keys(t);
-        f(t);
-        let (q1, s1) = keys(t);
+    fn update(&mut self, id: TaskId, f: impl FnOnce(&mut Slot<Task>)) {
+        let keys = self.keys(id);
+        f(self.t_mut(id));
+        self.rekey(id, keys);
+    }
+
+    /// The task's keys in the run queue and the SVT set, if it is in them.
+    fn keys(&self, id: TaskId) -> (Option<Cand>, Option<(i128, TaskId)>) {
+        let t = self.t(id);
+        (t.in_queue().then(|| (t.evt(), t.avt, id)), t.in_svt().then_some((t.avt, id)))
+    }
+
+    /// After the task changed: moves it from its old keys `(q0, s0)` to its new ones.
+    fn rekey(&mut self, id: TaskId, (q0, s0): (Option<Cand>, Option<(i128, TaskId)>)) {
+        let (q1, s1) = self.keys(id);
         if q0 != q1 {
             if let Some(k) = q0 {
                 self.queue.remove(&k);
@@ -550,7 +563,7 @@ impl Bvt {
     fn offer(&mut self, ctx: &mut Ctx, j: TaskId, exclude: Option<CpuId>, may_preempt: bool, prefer: Option<CpuId>) {
         let now = ctx.now();
         let Some(tj) = self.task(j) else { return };
-        if tj.st != St::Queued {
+        if !tj.in_queue() {
             return;
         }
         let mut victim: Option<(i128, CpuId)> = None;
@@ -651,9 +664,8 @@ impl Bvt {
             ctx.cancel_event(token(TOKEN_UNWARP, id.0 as u64));
         }
         self.unlink(id);
-        for cs in &mut self.cpus {
-            if cs.current == Some(id) {
-                cs.current = None;
+        for (c, cs) in self.cpus.iter_mut().enumerate() {
+            if self.tasks.clear_running(CpuId(c as u16), id) {
                 cs.slice_end = None;
             }
             if cs.prev.is_some_and(|p| p.0 == id) {
@@ -663,12 +675,12 @@ impl Bvt {
                 cs.pending = None;
             }
         }
-        self.tasks[id.0 as usize] = None;
+        self.tasks.remove(id);
     }
 
     /// Per-task parameters (§3: "a new thread inherits those quantities from its parent";
     /// explicit parameters of the new task override what it inherits).
-    fn new_task(&self, info: &AttachInfo) -> Result<Task, String> {
+    fn new_task(&self, info: &AttachInfo) -> Result<(St, Task), String> {
         let parent = info.parent.and_then(|p| self.task(p));
         let mut weight = parent.map_or(1, |p| p.weight);
         let mut warp_ns = parent.map_or(0, |p| p.warp_ns);
@@ -706,12 +718,12 @@ impl Bvt {
             Some(v) => return Err(format!("bvt: task parameter 'warp_on' must be 0 or 1, got {v}")),
         };
         let st = match info.state {
-            TaskState::Runnable => St::Queued,
+            TaskState::Runnable => St::Ready,
             TaskState::Running(c) => St::Running(c),
-            TaskState::Blocked => St::Blocked { voluntary: true },
+            TaskState::Blocked => St::Blocked,
             TaskState::Dead => return Err("bvt: the task has exited".into()),
         };
-        Ok(Task { warp_ns, heuristic, level, warp_limit, unwarp, warp_back, ..Task::new(weight, st) })
+        Ok((st, Task { warp_ns, heuristic, level, warp_limit, unwarp, warp_back, ..Task::new(weight) }))
     }
 
     fn quantum(&self) -> Ns {
@@ -779,25 +791,26 @@ impl Policy for Bvt {
         "bvt"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.tasks.init(ncpus);
+        self.cpus = vec![CpuState::default(); self.tasks.ncpus()];
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         // Guests (owned by a higher scheduler, run by BVT as the default) are treated like
         // our own tasks.
-        let i = crate::task_index(task)?;
-        let mut t = self.new_task(info)?;
+        crate::task_index(task)?;
+        let (st, mut t) = self.new_task(info)?;
         if self.task(task).is_some() {
             self.detach_task(ctx, task);
         }
         // A new task starts at SVT, as if it had been runnable but not dispatched (§2.1).
         t.avt = self.svt_now(ctx.now());
         t.settled_at = ctx.now();
-        if self.tasks.len() <= i {
-            self.tasks.resize_with(i + 1, || None);
-        }
-        let st = t.st;
-        self.tasks[i] = Some(t);
+        self.tasks.insert(task, st, t)?;
         self.link(task);
         if let St::Running(cpu) = st {
-            self.cpu(cpu).current = Some(task);
+            self.tasks.set_running(cpu, task);
         }
         self.try_warp(ctx, task);
         self.check_preempt(ctx, task);
@@ -810,7 +823,10 @@ impl Policy for Bvt {
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
         let Some(t) = self.task(task) else { return };
-        let St::Blocked { voluntary } = t.st else { return };
+        if t.st != St::Blocked {
+            return;
+        }
+        let voluntary = t.voluntary;
         let now = ctx.now();
         // §2.1: A_i ← max(A_i, SVT) after a voluntary sleep. An involuntarily blocked task
         // counted in the SVT minimum, so SVT ≤ A_i and it keeps its A_i.
@@ -821,7 +837,7 @@ impl Policy for Bvt {
                 t.avt = svt;
                 t.frac = 0;
             }
-            t.st = St::Queued;
+            t.st = St::Ready;
             if voluntary {
                 t.burst = 0;
                 t.burst_steps = 0;
@@ -845,14 +861,11 @@ impl Policy for Bvt {
         let exhausted = self.settle_warp(task, now);
         self.cancel_limit_event(ctx, task);
         if let St::Running(cpu) = was {
-            let cs = self.cpu(cpu);
-            if cs.current == Some(task) {
-                cs.current = None;
-                cs.slice_end = None;
-            }
+            self.stop_on(cpu, task);
         }
         self.update(task, |t| {
-            t.st = St::Blocked { voluntary: block.voluntary };
+            t.st = St::Blocked;
+            t.voluntary = block.voluntary;
             t.warp_run_from = None;
             // The rest of the last charged mcu is forfeited at the switch (§2).
             t.credit = 0;
@@ -879,7 +892,7 @@ impl Policy for Bvt {
         }
         let now = ctx.now();
         // Defensive: a stale record of another task running here.
-        if let Some(other) = self.cpu(cpu).current.filter(|&o| o != task) {
+        if let Some(other) = self.tasks.running_on(cpu).filter(|&o| o != task) {
             if self.task(other).is_some_and(|t| t.st == St::Running(cpu)) {
                 self.on_preempt(ctx, other, cpu, Preempt::Resched);
             }
@@ -888,7 +901,6 @@ impl Policy for Bvt {
         let pending = cs.pending.take();
         // Whoever made this decision, a pending request for a plain EVT decision is moot.
         cs.no_favour = false;
-        cs.current = Some(task);
         cs.slice_end = match pending {
             Some((t, slice, at)) if t == task && at == now => slice.map(|s| now.saturating_add(s)),
             _ => None,
@@ -896,6 +908,7 @@ impl Policy for Bvt {
         if cs.event_at.take().is_some() {
             ctx.cancel_event(token(TOKEN_CROSSOVER, cpu.0 as u64));
         }
+        self.tasks.set_running(cpu, task);
         self.update(task, |t| {
             if t.stopped != Some((cpu, now)) {
                 t.credit = 0; // another task ran in between: the partial mcu is gone (§2)
@@ -915,14 +928,10 @@ impl Policy for Bvt {
         let now = ctx.now();
         let exhausted = self.settle_warp(task, now);
         self.cancel_limit_event(ctx, task);
-        let cs = self.cpu(cpu);
-        if cs.current == Some(task) {
-            cs.current = None;
-            cs.slice_end = None;
-        }
-        cs.prev = Some((task, why, now));
+        self.stop_on(cpu, task);
+        self.cpu(cpu).prev = Some((task, why, now));
         self.update(task, |t| {
-            t.st = St::Queued;
+            t.st = St::Ready;
             t.warp_run_from = None;
             t.stopped = Some((cpu, now));
         });
@@ -998,7 +1007,7 @@ impl Policy for Bvt {
                 }
                 self.t_mut(task).unwarp_armed = false;
                 let t = self.t(task);
-                if !t.warp_back || t.warped || matches!(t.st, St::Blocked { .. }) || now < t.unwarp_until {
+                if !t.warp_back || t.warped || t.st == St::Blocked || now < t.unwarp_until {
                     return;
                 }
                 // §2.2: U_i has passed; the deferred warp request is honoured.
@@ -1130,6 +1139,7 @@ impl Policy for Bvt {
             },
         };
         self.cpu(cpu).pending = Some((id, slice, now));
+        self.t_mut(id).st = St::Picked(cpu);
         // The task that was running here and lost stays runnable: other CPUs' running
         // tasks must now also give way to it at their crossover (§2.4), and an idle CPU
         // may take it at once.
@@ -1145,17 +1155,21 @@ impl Policy for Bvt {
         if self.task(id).is_none() {
             return;
         }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => self.detach_task(ctx, id),
-            Refusal::NotRunnable => self.update(id, |t| t.st = St::Blocked { voluntary: true }),
-            Refusal::RunningElsewhere(c) => {
-                self.update(id, |t| {
-                    t.st = St::Running(c);
-                    t.settled_at = ctx.now();
-                });
-                self.cpu(c).current = Some(id);
+        let keys = self.keys(id);
+        match self.tasks.refused(cpu, id, why) {
+            Undo::Nothing => {}
+            Undo::Forget => self.detach_task(ctx, id),
+            Undo::Blocked => {
+                self.t_mut(id).voluntary = true;
+                self.rekey(id, keys);
             }
-            Refusal::NotAllowed | Refusal::ZeroSlice => {}
+            Undo::Running(c) => {
+                self.t_mut(id).settled_at = ctx.now();
+                self.rekey(id, keys);
+                self.tasks.set_running(c, id);
+            }
+            // Still runnable: it stays in the queue.
+            Undo::Requeue { .. } => self.t_mut(id).st = St::Ready,
         }
     }
 }
@@ -1198,7 +1212,7 @@ mod tests {
     #[test]
     fn crossover_is_exact() {
         let b = bvt(10);
-        let t = Task::new(2, St::Queued);
+        let t = Task::new(2);
         // C = 20 real ns: weight 2 must get 10 virtual ns ahead: 2 mcu.
         assert_eq!(b.run_until_cross(&t, 0, 0, 0), Some(20));
         assert_eq!(b.run_until_cross(&t, 3, 0, 0), Some(23));

@@ -76,6 +76,7 @@ use vassal_core::{
 use crate::bvt::admission::{pct_to_ppm, Admission, PPM};
 use crate::bvt::{self, Bvt, BvtTaskInfo};
 use crate::params::Params;
+use crate::task_table::{Slot, St, Tasks, Undo};
 
 /// The aggregate's local id at level 0.
 const AGG: TaskId = TaskId(0);
@@ -91,18 +92,11 @@ pub enum Mode {
     Direct,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Runnable,
-    Running(CpuId),
-    Blocked,
-}
-
+/// A task's record (its state is the table's; `Picked` between `pick` and its outcome).
 #[derive(Clone, Debug)]
 struct Rec {
     level: u8,
     params: TaskParams,
-    st: St,
     /// Affinity bits (refreshed when the task wakes).
     aff: u64,
 }
@@ -121,8 +115,10 @@ pub struct TwoLevelBvt {
     be_warp_limit: Ns,
     be_unwarp: Ns,
     admission: Admission,
-    tasks: BTreeMap<TaskId, Rec>,
+    /// The tasks, and per CPU the BE task running there (`running`).
+    tasks: Tasks<Rec>,
     agg_attached: bool,
+    /// The aggregate's state at level 0 (never `Picked`).
     agg: St,
     agg_last: Option<CpuId>,
     warp_want: WarpWant,
@@ -132,8 +128,6 @@ pub struct TwoLevelBvt {
     be_live: usize,
     /// Affinity bits → number of runnable, not running BE tasks with them.
     be_queued_aff: BTreeMap<u64, usize>,
-    /// The BE task running on each CPU.
-    be_running: BTreeMap<CpuId, TaskId>,
 }
 
 /// Scheduler parameters of bvt2.
@@ -274,7 +268,7 @@ impl TwoLevelBvt {
             be_warp_limit: cfg.be_warp_limit,
             be_unwarp: cfg.be_unwarp,
             admission: Admission::new(PPM - cfg.be_share_ppm)?,
-            tasks: BTreeMap::new(),
+            tasks: Tasks::default(),
             agg_attached: false,
             agg: St::Blocked,
             agg_last: None,
@@ -282,7 +276,6 @@ impl TwoLevelBvt {
             warp_changed: (0, 0),
             be_live: 0,
             be_queued_aff: BTreeMap::new(),
-            be_running: BTreeMap::new(),
         })
     }
 
@@ -293,12 +286,12 @@ impl TwoLevelBvt {
 
     /// The level (0 RE, 1 BE) of an attached task.
     pub fn level(&self, task: TaskId) -> Option<u8> {
-        self.tasks.get(&task).map(|r| r.level)
+        self.tasks.get(task).map(|r| r.level)
     }
 
     /// A task's BVT state at its level.
     pub fn task_info(&self, task: TaskId) -> Option<BvtTaskInfo> {
-        match self.tasks.get(&task)?.level {
+        match self.tasks.get(task)?.level {
             0 => self.l0.task_info(local(task)),
             _ => self.l1.task_info(task),
         }
@@ -313,7 +306,7 @@ impl TwoLevelBvt {
 
     fn agg_state(&self) -> TaskState {
         match self.agg {
-            St::Runnable => TaskState::Runnable,
+            St::Ready | St::Picked(_) => TaskState::Runnable,
             St::Running(c) => TaskState::Running(c),
             St::Blocked => TaskState::Blocked,
         }
@@ -402,7 +395,7 @@ impl TwoLevelBvt {
                 self.be_live -= 1;
             }
         }
-        if st == St::Runnable {
+        if matches!(st, St::Ready | St::Picked(_)) {
             let n = self.be_queued_aff.entry(aff).or_insert(0);
             if add {
                 *n += 1;
@@ -417,45 +410,59 @@ impl TwoLevelBvt {
 
     /// Changes a task's recorded state, keeping the BE summaries right.
     fn set_st(&mut self, task: TaskId, st: St) {
-        let Some(rec) = self.tasks.get_mut(&task) else { return };
-        let (level, old, aff) = (rec.level, rec.st, rec.aff);
-        rec.st = st;
+        let Some(rec) = self.tasks.get_mut(task) else { return };
+        let old = std::mem::replace(&mut rec.st, st);
+        self.recount(task, old);
+    }
+
+    /// The task's state changed from `old`: the BE summaries and running table follow.
+    fn recount(&mut self, task: TaskId, old: St) {
+        let Some(rec) = self.tasks.get(task) else { return };
+        let (level, st, aff) = (rec.level, rec.st, rec.aff);
         if level == 1 {
             self.count(old, aff, false);
             self.count(st, aff, true);
             if let St::Running(c) = old {
-                if self.be_running.get(&c) == Some(&task) {
-                    self.be_running.remove(&c);
-                }
+                self.tasks.clear_running(c, task);
             }
             if let St::Running(c) = st {
-                self.be_running.insert(c, task);
+                self.tasks.set_running(c, task);
             }
         }
     }
 
-    fn insert_rec(&mut self, task: TaskId, rec: Rec) {
-        let (level, st, aff) = (rec.level, rec.st, rec.aff);
-        self.tasks.insert(task, rec);
+    /// Records a task (its id was checked by `on_attach`) in state `st`.
+    fn insert_rec(&mut self, task: TaskId, st: St, rec: Rec) {
+        let (level, aff) = (rec.level, rec.aff);
+        if self.tasks.insert(task, st, rec).is_err() {
+            return;
+        }
         if level == 1 {
             // Counted from Blocked, the neutral state.
             self.count(st, aff, true);
             if let St::Running(c) = st {
-                self.be_running.insert(c, task);
+                self.tasks.set_running(c, task);
             }
         }
     }
 
-    fn remove_rec(&mut self, task: TaskId) -> Option<Rec> {
+    /// `pick` returned the task for `cpu` (a runnable task; `on_dispatch` or `on_refused` follows).
+    fn picked(&mut self, task: TaskId, cpu: CpuId) {
+        if self.tasks.get(task).is_some_and(|r| r.st == St::Ready) {
+            self.set_st(task, St::Picked(cpu));
+        }
+    }
+
+    fn remove_rec(&mut self, task: TaskId) -> Option<Slot<Rec>> {
         self.set_st(task, St::Blocked);
-        self.tasks.remove(&task)
+        self.tasks.remove(task)
     }
 
     /// The BE task the aggregate runs (or, when it is not running, would run next: the
     /// earliest EVT, ties to the earlier AVT, then the lower id, as BVT orders its queue).
     fn be_head(&self) -> Option<TaskId> {
         if let St::Running(c) = self.agg {
-            if let Some(&t) = self.be_running.get(&c) {
+            if let Some(t) = self.tasks.running_on(c) {
                 return Some(t);
             }
         }
@@ -529,11 +536,11 @@ impl TwoLevelBvt {
             St::Blocked if runnable => {
                 // Warp first, so the wake-up's preemption check sees it.
                 self.sync_warp(ctx);
-                self.agg = St::Runnable;
+                self.agg = St::Ready;
                 let wake = Wake { voluntary: true, interrupt: None, warp: false, cpu: None };
                 self.call(ctx, Level::L0, |b, c| b.on_wake(c, AGG, wake));
             }
-            St::Runnable if !runnable => {
+            St::Ready if !runnable => {
                 self.agg = St::Blocked;
                 self.call(ctx, Level::L0, |b, c| b.on_block(c, AGG, Block { voluntary: true }));
             }
@@ -548,7 +555,7 @@ impl TwoLevelBvt {
             return;
         }
         if self.be_runnable() {
-            self.agg = St::Runnable;
+            self.agg = St::Ready;
             self.call(ctx, Level::L0, |b, c| b.on_preempt(c, AGG, cpu, why));
         } else {
             self.agg = St::Blocked;
@@ -559,7 +566,7 @@ impl TwoLevelBvt {
     fn st_of(s: TaskState) -> St {
         match s {
             TaskState::Running(c) => St::Running(c),
-            TaskState::Runnable => St::Runnable,
+            TaskState::Runnable => St::Ready,
             _ => St::Blocked,
         }
     }
@@ -610,8 +617,8 @@ impl TwoLevelBvt {
     }
 
     /// Takes `task` out of its level (the record stays to the caller).
-    fn remove(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) -> Option<Rec> {
-        let st = self.tasks.get(&task)?.st;
+    fn remove(&mut self, ctx: &mut Ctx, task: TaskId, why: Detach) -> Option<Slot<Rec>> {
+        let st = self.tasks.get(task)?.st;
         let mut rec = self.remove_rec(task)?;
         rec.st = st;
         if rec.level == 0 {
@@ -651,7 +658,7 @@ impl TwoLevelBvt {
                 from.uid
             ));
         }
-        let Some(rec) = self.tasks.get(&task).cloned() else {
+        let Some(rec) = self.tasks.get(task).cloned() else {
             return Reply::refused(format!("{task} is not scheduled by bvt2"));
         };
         if rec.level as i64 == to {
@@ -680,7 +687,7 @@ impl TwoLevelBvt {
         };
         match r {
             Ok(()) => {
-                self.insert_rec(task, Rec { level: to as u8, params, st: Self::st_of(state), aff: aff.0 });
+                self.insert_rec(task, Self::st_of(state), Rec { level: to as u8, params, aff: aff.0 });
             }
             Err(e) => {
                 // Put it back where it was (cannot fail: it was there a moment ago).
@@ -690,7 +697,7 @@ impl TwoLevelBvt {
                     self.attach_be(ctx, task, &AttachInfo { state, params: &rec.params, affinity: aff, parent: None, guest: false })
                 };
                 if back.is_ok() {
-                    self.insert_rec(task, Rec { st: Self::st_of(state), aff: aff.0, ..rec });
+                    self.insert_rec(task, Self::st_of(state), Rec { aff: aff.0, ..rec.data });
                 }
                 return Reply::Refused(e);
             }
@@ -712,6 +719,12 @@ impl Policy for TwoLevelBvt {
     }
     fn kind(&self) -> &str {
         "bvt2"
+    }
+
+    fn init(&mut self, ncpus: u16) {
+        self.tasks.init(ncpus);
+        self.l0.init(ncpus);
+        self.l1.init(ncpus);
     }
 
     fn drain_log(&mut self, out: &mut Vec<PolicyLog>) {
@@ -740,7 +753,7 @@ impl Policy for TwoLevelBvt {
             Some(&l @ (0 | 1)) => l as u8,
             Some(&l) => return Err(format!("bvt2: task parameter 'level' must be 0 (reserved effort) or 1 (best effort), got {l}")),
         };
-        if self.tasks.contains_key(&task) {
+        if self.tasks.contains(task) {
             self.remove(ctx, task, Detach::Moved);
         }
         if level == 0 {
@@ -749,7 +762,7 @@ impl Policy for TwoLevelBvt {
             self.attach_be(ctx, task, info)?;
         }
         let st = Self::st_of(info.state);
-        self.insert_rec(task, Rec { level, params: info.params.clone(), st, aff: info.affinity.0 });
+        self.insert_rec(task, st, Rec { level, params: info.params.clone(), aff: info.affinity.0 });
         if level == 1 {
             if let St::Running(cpu) = st {
                 self.agg_start(ctx, cpu);
@@ -767,13 +780,13 @@ impl Policy for TwoLevelBvt {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
-        let Some(rec) = self.tasks.get_mut(&task) else { return };
+        let Some(rec) = self.tasks.get_mut(task) else { return };
         if rec.st != St::Blocked {
             return;
         }
         rec.aff = ctx.affinity(task).0;
         let level = rec.level;
-        self.set_st(task, St::Runnable);
+        self.set_st(task, St::Ready);
         if level == 0 {
             self.call(ctx, Level::L0, |b, c| b.on_wake(c, local(task), wake));
         } else {
@@ -783,7 +796,7 @@ impl Policy for TwoLevelBvt {
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
-        let Some(rec) = self.tasks.get(&task) else { return };
+        let Some(rec) = self.tasks.get(task) else { return };
         let (was, level) = (rec.st, rec.level);
         self.set_st(task, St::Blocked);
         if level == 0 {
@@ -798,7 +811,7 @@ impl Policy for TwoLevelBvt {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        let Some(rec) = self.tasks.get(&task) else { return };
+        let Some(rec) = self.tasks.get(task) else { return };
         let level = rec.level;
         self.set_st(task, St::Running(cpu));
         if level == 0 {
@@ -811,9 +824,9 @@ impl Policy for TwoLevelBvt {
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
-        let Some(rec) = self.tasks.get(&task) else { return };
+        let Some(rec) = self.tasks.get(task) else { return };
         let level = rec.level;
-        self.set_st(task, St::Runnable);
+        self.set_st(task, St::Ready);
         if level == 0 {
             self.call(ctx, Level::L0, |b, c| b.on_preempt(c, local(task), cpu, why));
         } else {
@@ -823,7 +836,7 @@ impl Policy for TwoLevelBvt {
     }
 
     fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        let Some(rec) = self.tasks.get(&task) else { return };
+        let Some(rec) = self.tasks.get(task) else { return };
         if rec.level == 0 {
             self.call(ctx, Level::L0, |b, c| b.on_run(c, local(task), cpu, ran));
         } else {
@@ -847,7 +860,7 @@ impl Policy for TwoLevelBvt {
 
     fn on_message(&mut self, ctx: &mut Ctx, from: Sender, task: TaskId, req: &Request) -> Reply {
         self.ensure_agg(ctx);
-        let Some(rec) = self.tasks.get(&task) else {
+        let Some(rec) = self.tasks.get(task) else {
             return Reply::refused(format!("{task} is not scheduled by bvt2"));
         };
         let level = rec.level;
@@ -874,7 +887,7 @@ impl Policy for TwoLevelBvt {
                     let r = self.call(ctx, Level::L0, |b, c| b.on_message(c, Sender::ROOT, local(task), &req));
                     debug_assert!(r.is_ok(), "{r:?}");
                 }
-                let rec = self.tasks.get_mut(&task).expect("present");
+                let rec = self.tasks.get_mut(task).expect("present");
                 rec.params.remove("share");
                 rec.params.remove("share_ppm");
                 rec.params.insert(name.clone(), *value);
@@ -898,6 +911,7 @@ impl Policy for TwoLevelBvt {
         // would flip it for a task that level 1 is about to keep running (§2.1 allowance).
         let d0 = self.call(ctx, Level::L0, |b, c| b.pick(c, cpu))?;
         if d0.task != AGG {
+            self.picked(real(d0.task), cpu);
             return Some(Decision { task: real(d0.task), slice: d0.slice });
         }
         let Some(d1) = self.call(ctx, Level::L1, |b, c| b.pick(c, cpu)) else {
@@ -909,12 +923,13 @@ impl Policy for TwoLevelBvt {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.picked(d1.task, cpu);
         Some(Decision { task: d1.task, slice })
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        let Some(rec) = self.tasks.get(&decision.task) else { return };
-        let task = decision.task;
+        let Some(rec) = self.tasks.get(decision.task) else { return };
+        let (task, was) = (decision.task, rec.st);
         if rec.level == 0 {
             let d = Decision { task: local(task), slice: decision.slice };
             self.call(ctx, Level::L0, |b, c| b.on_refused(c, cpu, d, why));
@@ -923,17 +938,14 @@ impl Policy for TwoLevelBvt {
             let d = Decision { task: AGG, slice: decision.slice };
             self.call(ctx, Level::L0, |b, c| b.on_refused(c, cpu, d, Refusal::NotAllowed));
         }
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => {
+        match self.tasks.refused(cpu, task, why) {
+            Undo::Forget => {
                 self.remove(ctx, task, Detach::Released);
             }
-            Refusal::NotRunnable => {
-                self.set_st(task, St::Blocked);
-            }
-            Refusal::RunningElsewhere(c) => {
-                self.set_st(task, St::Running(c));
-            }
-            _ => {}
+            // The table set its state (blocked, or running elsewhere).
+            Undo::Blocked | Undo::Running(_) => self.recount(task, was),
+            Undo::Requeue { .. } => self.set_st(task, St::Ready),
+            Undo::Nothing => {}
         }
         self.sync(ctx);
     }

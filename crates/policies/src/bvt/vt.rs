@@ -65,7 +65,7 @@ impl Bvt {
 
     /// Estimated AVT increase of a running task since it was last accounted (§3: the
     /// scheduler advances the running thread's AVT whenever it is invoked).
-    pub(super) fn pending_charge(&self, t: &Task, now: Ns) -> i128 {
+    pub(super) fn pending_charge(&self, t: &Slot<Task>, now: Ns) -> i128 {
         match t.st {
             St::Running(_) => self.charge_for(t.weight, t.frac, t.credit, now.saturating_sub(t.settled_at)).0,
             _ => 0,

@@ -56,7 +56,7 @@ use vassal_core::{
 
 use self::admission::Demand;
 use crate::params::Params;
-use crate::task_table::{attach_state, CpuEntry, St, TaskTable};
+use crate::task_table::{CpuEntry, St, Tasks, Undo};
 
 /// The CPU reservations are served on.
 pub const RESERVATION_CPU: CpuId = CpuId(0);
@@ -71,7 +71,6 @@ enum Q {
 
 #[derive(Clone, Debug)]
 struct Task {
-    st: St,
     queued: Option<Q>,
     /// Its live reservations (ids).
     res: Vec<u64>,
@@ -108,7 +107,7 @@ impl CpuEntry for Run {
 pub struct Dbs {
     quantum: Ns,
     /// The tasks, and per CPU: picked (awaiting on_dispatch) and running.
-    table: TaskTable<Task, Run>,
+    table: Tasks<Task, Run>,
     res: BTreeMap<u64, Reservation>,
     next_res: u64,
     edf: BTreeSet<(Ns, u64, u32)>,
@@ -129,7 +128,7 @@ impl Dbs {
     pub fn new(quantum: Ns) -> Self {
         Dbs {
             quantum: quantum.max(1),
-            table: TaskTable::default(),
+            table: Tasks::default(),
             res: BTreeMap::new(),
             next_res: 0,
             edf: BTreeSet::new(),
@@ -201,7 +200,7 @@ impl Dbs {
     /// The EDF key of what runs on the reservation CPU by our decision (None: a task
     /// without a reservation, or nothing of ours).
     fn running_key(&self) -> Option<(Ns, u64)> {
-        let run = self.table.running.get(RESERVATION_CPU.0 as usize).copied().flatten()?;
+        let run = self.table.running_on(RESERVATION_CPU)?;
         let r = run.res?;
         self.res.get(&r).map(|v| (v.deadline, r))
     }
@@ -214,7 +213,7 @@ impl Dbs {
         let cpu0 = RESERVATION_CPU;
         let ours_or_idle = match ctx.running_on(cpu0) {
             None => true,
-            Some(t) => self.table.running.get(cpu0.0 as usize).copied().flatten().is_some_and(|run| run.task == t),
+            Some(t) => self.table.running_on(cpu0).is_some_and(|run| run.task == t),
         };
         if !ours_or_idle {
             return; // a higher scheduler's task runs there; it has precedence
@@ -299,15 +298,18 @@ impl Policy for Dbs {
         "dbs"
     }
 
+    fn init(&mut self, ncpus: u16) {
+        self.table.init(ncpus);
+    }
+
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        self.table.ensure(ctx);
-        let idx = crate::task_index(task)?;
-        let st = attach_state(task, info)?;
+        crate::task_index(task)?;
+        let st = St::of_attach(task, info)?;
         if self.table.get(task).is_some() {
             self.on_detach(ctx, task, Detach::Moved);
         }
         let seq = self.table.tail_seq();
-        self.table.put(idx, Task { st, queued: None, res: Vec::new(), seq });
+        self.table.insert(task, st, Task { queued: None, res: Vec::new(), seq })?;
         if let St::Running(c) = st {
             self.table.set_running(c, Run { task, res: None });
         }
@@ -326,7 +328,6 @@ impl Policy for Dbs {
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.table.ensure(ctx);
         let seq = self.table.tail_seq();
         let Some(t) = self.table.get_mut(task) else { return };
         t.seq = seq;
@@ -347,9 +348,8 @@ impl Policy for Dbs {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.table.running.len() || self.table.get(task).is_none() {
+        if ci >= self.table.ncpus() || self.table.get(task).is_none() {
             return;
         }
         let run = self.table.picked[ci].take().filter(|r| r.task == task).unwrap_or(Run { task, res: None });
@@ -382,7 +382,7 @@ impl Policy for Dbs {
     }
 
     fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
-        let Some(run) = self.table.running.get(cpu.0 as usize).copied().flatten() else { return };
+        let Some(run) = self.table.running_on(cpu) else { return };
         if run.task != task {
             return;
         }
@@ -422,9 +422,8 @@ impl Policy for Dbs {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
-        self.table.ensure(ctx);
         let ci = cpu.0 as usize;
-        if ci >= self.table.running.len() {
+        if ci >= self.table.ncpus() {
             return None;
         }
         let now = ctx.now();
@@ -463,13 +462,10 @@ impl Policy for Dbs {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        self.table.clear_picked(cpu, decision.task);
-        let now = ctx.now();
-        match why {
-            Refusal::NoSuchTask | Refusal::NotYours => self.on_detach(ctx, decision.task, Detach::Moved),
-            Refusal::NotRunnable => self.set_st(decision.task, St::Blocked, now),
-            Refusal::RunningElsewhere(c) => self.set_st(decision.task, St::Running(c), now),
-            Refusal::NotAllowed | Refusal::ZeroSlice => self.set_st(decision.task, St::Ready, now),
+        match self.table.refused(cpu, decision.task, why) {
+            Undo::Forget => self.on_detach(ctx, decision.task, Detach::Moved),
+            Undo::Requeue { .. } => self.set_st(decision.task, St::Ready, ctx.now()),
+            Undo::Nothing | Undo::Blocked | Undo::Running(_) => {}
         }
     }
 }
