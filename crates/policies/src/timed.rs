@@ -46,16 +46,15 @@ use std::collections::BTreeSet;
 use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
 use crate::params::Params;
+use crate::task_table::{St, Tasks};
 
+/// A joined task (its state is the table's: it is idle, runnable and not running, when `Ready`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
-    attached: bool,
     /// The time it asked to run at (the last accepted SET), if any.
     target: Option<Ns>,
     /// An event is armed for it and it is not eligible until it fires.
     waiting: bool,
-    /// Runnable and not running (as this scheduler was told).
-    idle: bool,
     /// Its key in `ready`, if it is there.
     queued: Option<(Ns, u32)>,
 }
@@ -67,19 +66,19 @@ pub struct Timed {
     resolution: Ns,
     min_delay: Ns,
     spin: bool,
-    tasks: Vec<Entry>,
+    tasks: Tasks<Entry>,
     /// Eligible (joined, not waiting), runnable, not running: by (target, task).
     ready: BTreeSet<(Ns, u32)>,
 }
 
 impl Timed {
     pub fn new(lead: Ns, resolution: Ns, min_delay: Ns, spin: bool) -> Self {
-        Timed { lead, resolution, min_delay, spin, tasks: Vec::new(), ready: BTreeSet::new() }
+        Timed { lead, resolution, min_delay, spin, tasks: Tasks::default(), ready: BTreeSet::new() }
     }
     /// Puts the task in `ready` exactly when it is eligible and idle, under its current key.
     fn sync(&mut self, task: TaskId) {
-        let Some(e) = self.tasks.get_mut(task.0 as usize) else { return };
-        let want = (e.attached && !e.waiting && e.idle).then(|| (e.target.unwrap_or(Ns::MAX), task.0));
+        let Some(e) = self.tasks.get_mut(task) else { return };
+        let want = (!e.waiting && e.st == St::Ready).then(|| (e.target.unwrap_or(Ns::MAX), task.0));
         if e.queued != want {
             if let Some(k) = e.queued.take() {
                 self.ready.remove(&k);
@@ -90,14 +89,14 @@ impl Timed {
             e.queued = want;
         }
     }
-    fn set_idle(&mut self, task: TaskId, idle: bool) {
-        if let Some(e) = self.tasks.get_mut(task.0 as usize).filter(|e| e.attached) {
-            e.idle = idle;
+    fn set_st(&mut self, task: TaskId, st: St) {
+        if let Some(e) = self.tasks.get_mut(task) {
+            e.st = st;
             self.sync(task);
         }
     }
     fn entry(&self, task: TaskId) -> Option<&Entry> {
-        self.tasks.get(task.0 as usize).filter(|e| e.attached)
+        self.tasks.get(task).map(|e| &e.data)
     }
     /// The time `task` asked to run at, if it has asked.
     pub fn target(&self, task: TaskId) -> Option<Ns> {
@@ -140,7 +139,7 @@ impl Timed {
         if !spin && ctx.set_event(target - self.lead, Self::token(task)).is_err() {
             return Reply::refused("event time in the past"); // unreachable: delay > lead
         }
-        let e = &mut self.tasks[task.0 as usize];
+        let Some(e) = self.tasks.get_mut(task) else { return Reply::refused(format!("{task} has not joined this scheduler")) };
         e.target = Some(target);
         if spin {
             // Busy-wait: stays eligible, no event (see the module documentation).
@@ -174,45 +173,40 @@ impl Policy for Timed {
         "timed"
     }
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
-        let idx = crate::task_index(task)?;
-        if info.state == TaskState::Dead {
-            return Err(format!("{task} has exited"));
-        }
-        if idx >= self.tasks.len() {
-            self.tasks.resize(idx + 1, Entry::default());
-        }
-        self.tasks[idx] = Entry { attached: true, idle: info.state == TaskState::Runnable, ..Entry::default() };
+        crate::task_index(task)?;
+        let st = St::of_attach(task, info)?;
+        self.tasks.insert(task, st, Entry::default())?;
         self.sync(task);
         // Only this scheduler may run it: the default must not run it before its time.
         ctx.set_exclusive(task, true).map_err(|e| e.to_string())?;
         Ok(())
     }
     fn on_detach(&mut self, ctx: &mut Ctx, task: TaskId, _why: Detach) {
-        if let Some(e) = self.tasks.get_mut(task.0 as usize).filter(|e| e.attached) {
+        if let Some(e) = self.tasks.remove(task) {
             if e.waiting {
                 ctx.cancel_event(Self::token(task));
             }
-            e.attached = false;
-            self.sync(task);
-            self.tasks[task.0 as usize] = Entry::default();
+            if let Some(k) = e.queued {
+                self.ready.remove(&k);
+            }
         }
     }
     fn on_wake(&mut self, _ctx: &mut Ctx, task: TaskId, _wake: Wake) {
-        self.set_idle(task, true);
+        self.set_st(task, St::Ready);
     }
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
-        self.set_idle(task, false);
+        self.set_st(task, St::Blocked);
     }
-    fn on_dispatch(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId) {
-        self.set_idle(task, false);
+    fn on_dispatch(&mut self, _ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
+        self.set_st(task, St::Running(cpu));
     }
     fn on_preempt(&mut self, _ctx: &mut Ctx, task: TaskId, _cpu: CpuId, _why: Preempt) {
-        self.set_idle(task, true);
+        self.set_st(task, St::Ready);
     }
     fn on_event(&mut self, ctx: &mut Ctx, token: u64) {
         let Ok(raw) = u32::try_from(token) else { return };
         let task = TaskId(raw);
-        let Some(e) = self.tasks.get_mut(raw as usize).filter(|e| e.attached && e.waiting) else { return };
+        let Some(e) = self.tasks.get_mut(task).filter(|e| e.waiting) else { return };
         e.waiting = false;
         self.sync(task);
         let aff = ctx.affinity(task);

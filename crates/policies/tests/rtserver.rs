@@ -172,8 +172,9 @@ impl P {
     fn new(params: &[(&str, ParamValue)]) -> P {
         let map: BTreeMap<String, ParamValue> = params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         let mut p = vassal_policies::params::Params::new("rtserver", &map);
-        let s = vassal_policies::rtserver::build(&mut p).unwrap();
+        let mut s = vassal_policies::rtserver::build(&mut p).unwrap();
         p.finish().unwrap();
+        s.init(2); // the dispatcher's call: the machine has 2 CPUs (as in `Ctx::new` below)
         P { s, view: View { states: BTreeMap::new(), affinity: BTreeMap::new() }, now: 0, effects: vec![], exclusive: vec![] }
     }
     fn attach(&mut self, i: u32) {

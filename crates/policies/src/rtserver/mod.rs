@@ -136,7 +136,10 @@ pub struct RtServer {
     /// The dispatcher's private copy.
     active: Table,
     tasks: Vec<Entry>,
+    /// The next slot boundary to process (valid once `clock_started`).
     next_boundary: Ns,
+    /// The first callback has set `next_boundary` from its clock.
+    clock_started: bool,
     armed: Option<Ns>,
     run: Vec<Option<Running>>,
     /// What `pick` last answered on each CPU, confirmed by `on_dispatch`.
@@ -155,6 +158,7 @@ impl RtServer {
             active: Table::empty(0, cfg.slot, cfg.frame),
             tasks: Vec::new(),
             next_boundary: 0,
+            clock_started: false,
             armed: None,
             run: Vec::new(),
             decided: Vec::new(),
@@ -190,19 +194,12 @@ impl RtServer {
         vassal_core::Usage::Reserved { cpu_ppm: ppm as u64 }
     }
 
-    fn init(&mut self, ctx: &Ctx) {
-        if self.broker.is_some() {
-            return;
+    /// The first callback: slot boundaries are counted from the next one after now.
+    fn start_clock(&mut self, ctx: &Ctx) {
+        if !self.clock_started {
+            self.clock_started = true;
+            self.next_boundary = (ctx.now() / self.cfg.slot + 1) * self.cfg.slot;
         }
-        let n = if self.cfg.cpus == 0 { ctx.ncpus() } else { self.cfg.cpus.min(ctx.ncpus()) };
-        let c = &self.cfg;
-        self.broker = Some(Broker::new(c.slot, c.frame, n, c.r_num, c.r_den, c.mode));
-        self.pending = Table::empty(n, c.slot, c.frame);
-        self.active = self.pending.clone();
-        self.run = vec![None; n as usize];
-        self.decided = vec![None; n as usize];
-        self.cont_candidate = vec![None; n as usize];
-        self.next_boundary = (ctx.now() / c.slot + 1) * c.slot;
     }
 
     fn ncols(&self) -> usize {
@@ -246,7 +243,7 @@ impl RtServer {
     /// Processes every slot boundary up to now: accounts, closes periods (overrun
     /// detection), and swaps in the broker's table at frame boundaries.
     fn advance(&mut self, ctx: &mut Ctx) {
-        self.init(ctx);
+        self.start_clock(ctx);
         let now = ctx.now();
         let (slot, frame) = (self.cfg.slot, self.cfg.frame);
         if self.idle() {
@@ -577,6 +574,19 @@ pub fn build(p: &mut Params) -> Result<RtServer, String> {
 impl Policy for RtServer {
     fn kind(&self) -> &str {
         "rtserver"
+    }
+
+    /// The broker, the tables and the per-CPU state for the table's columns (the clock
+    /// starts at the first callback).
+    fn init(&mut self, ncpus: u16) {
+        let n = if self.cfg.cpus == 0 { ncpus } else { self.cfg.cpus.min(ncpus) };
+        let c = &self.cfg;
+        self.broker = Some(Broker::new(c.slot, c.frame, n, c.r_num, c.r_den, c.mode));
+        self.pending = Table::empty(n, c.slot, c.frame);
+        self.active = self.pending.clone();
+        self.run = vec![None; n as usize];
+        self.decided = vec![None; n as usize];
+        self.cont_candidate = vec![None; n as usize];
     }
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         crate::task_index(task)?;
