@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use vassal_core::{Dispatcher, Effect, HierarchyConfig, Ns, Position, Reply, Request, SchedId, Sender, TaskId, CPU_PPM, MS, SEC};
 
 use crate::budget::Bucket;
-use crate::config::{to_params, Config};
+use crate::config::Config;
 use crate::guardian::{Ledger, Slot};
 use crate::kernel::{self, CpuClock, StatFile};
 use crate::wire::{Answer, EjectionRow};
@@ -31,7 +31,7 @@ mod modules;
 mod pass;
 mod status;
 
-use modules::{describe_sched, module_params};
+use modules::describe_sched;
 
 /// How often the threads of a managed process are re-listed (polling).
 pub const RESCAN: Ns = 250 * MS;
@@ -248,7 +248,7 @@ impl Agent {
             None => None,
         };
         let ncpus = kernel::online_cpus();
-        let default = vassal_policies::build(&cfg.default.kind, &to_params(&cfg.default.params))?;
+        let default = vassal_policies::build(&cfg.default.kind, &cfg.default.params)?;
         let be_ppm = ((1.0 - cfg.rt_fraction) * ncpus as f64 * CPU_PPM as f64).round() as u64;
         let hcfg = HierarchyConfig { min_best_effort_ppm: Some(be_ppm) };
         let mut disp = Dispatcher::new(ncpus, &cfg.default.kind, default, hcfg);
@@ -261,8 +261,7 @@ impl Agent {
             };
             if let Some(path) = &s.module {
                 // A policy module (docs/modules.md): loaded and contained like `ctl load`.
-                let opts =
-                    vassal_module::LoadOptions { params: module_params(&s.params), watchdog: s.watchdog_ns()?, ..Default::default() };
+                let opts = vassal_module::LoadOptions { params: s.params.clone(), watchdog: s.watchdog_ns()?, ..Default::default() };
                 let place = vassal_module::Placement::Above(cfg.default.kind.clone());
                 let place = if pos == Position::Top { vassal_module::Placement::Top } else { place };
                 vassal_module::load(&mut disp, std::path::Path::new(path), &s.name, &place, &opts)
@@ -271,7 +270,7 @@ impl Agent {
                 modules.insert(s.name.clone(), path.clone());
                 continue;
             }
-            let p = vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            let p = vassal_policies::build(&s.kind, &s.params).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             let usage = s.usage()?.to_usage(ncpus).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             disp.register(&s.name, p, usage, pos).map_err(|e| e.to_string())?;
         }

@@ -9,26 +9,8 @@ use std::collections::BTreeMap;
 use vassal_core::{Dispatcher, Ns, Position, SchedId, TaskId};
 
 use super::{Agent, MAX_EJECTIONS};
-use crate::config::to_params;
 use crate::kernel;
 use crate::wire::{Answer, EjectionRow};
-
-/// A module's scheduler-level parameters as given in the config or on the wire.
-pub(super) fn module_params(p: &BTreeMap<String, crate::config::Value>) -> BTreeMap<String, vassal_module::ModuleParam> {
-    use crate::config::Value;
-    use vassal_module::ModuleParam;
-    p.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::Bool(b) => ModuleParam::Bool(*b),
-                Value::Int(i) => ModuleParam::Int(*i),
-                Value::Float(f) => ModuleParam::Float(*f),
-                Value::Str(s) => ModuleParam::Str(s.clone()),
-            };
-            (k.clone(), v)
-        })
-        .collect()
-}
 
 /// "KIND, USAGE" of scheduler `name`, for the agent's log.
 pub(super) fn describe_sched(disp: &Dispatcher, name: &str) -> String {
@@ -45,7 +27,7 @@ impl Agent {
         usage: &crate::config::UsageSpec,
         above: Option<&str>,
     ) -> Answer {
-        let policy = match vassal_policies::build(kind, &to_params(params)) {
+        let policy = match vassal_policies::build(kind, params) {
             Ok(p) => p,
             Err(e) => return Answer::refused(e),
         };
@@ -95,7 +77,7 @@ impl Agent {
         params: &BTreeMap<String, crate::config::Value>,
     ) -> (Result<vassal_module::Opened, vassal_module::LoadError>, Ns) {
         let t0 = kernel::now_ns();
-        let r = vassal_module::open_file(std::path::Path::new(path), ncpus, &module_params(params), vassal_module::Limits::default());
+        let r = vassal_module::open_file(std::path::Path::new(path), ncpus, params, vassal_module::Limits::default());
         (r, kernel::now_ns().saturating_sub(t0))
     }
 
