@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use vassal_core::{parse_duration, CpuSet, Ns, ParamValue, Usage, CPU_PPM, MS, SEC};
+use vassal_core::{parse_duration, CpuSet, Ns, Usage, CPU_PPM, MS, SEC};
 
 /// A duration key of the config (e.g. `tick = "1ms"`), or `default` when it is absent;
 /// an error names the key.
@@ -44,15 +44,9 @@ fn duration_or(value: &Option<String>, key: &str, default: Ns) -> Result<Ns, Str
     value.as_deref().map_or(Ok(default), |s| parse_duration(s).map_err(|e| format!("{key}: {e}")))
 }
 
-/// A policy parameter as written in TOML or JSON: vassal_core's [`ParamValue`]
+/// A policy parameter as written in TOML or JSON: [`vassal_core::ParamValue`]
 /// (untagged: `true`, `5`, `0.5`, `"10ms"`), under the name the agent's callers use.
 pub use vassal_core::ParamValue as Value;
-
-/// The parameters as the policies' builders take them: the same values (kept for the
-/// callers that still convert; the map can be passed as it is).
-pub fn to_params(m: &BTreeMap<String, Value>) -> BTreeMap<String, ParamValue> {
-    m.clone()
-}
 
 /// A scheduler's declared CPU use (paper 000 §8), in the config and on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -31,10 +31,6 @@ use vassal_core::{Containment, Dispatcher, Ns, ParamValue, Policy, Position, Sch
 
 pub use examples::{example_path, examples_dir, native_example_path};
 pub use native::NativePolicy;
-/// A module's scheduler-level parameter: [`vassal_core::ParamValue`], under its former
-/// name for the callers that still use it (crates/sim/src/modules.rs,
-/// crates/agent/src/state.rs), whose conversions to it are now the identity.
-pub use vassal_core::ParamValue as ModuleParam;
 pub use wasm::{Limits, LoadError, WasmPolicy};
 
 /// The two forms of a module, told apart by the file's first bytes.

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use vassal_core::Usage;
-use vassal_module::{Limits, ModuleParam, Opened};
+use vassal_module::{Limits, Opened};
 use vassal_policies::ParamValue;
 
 use crate::model::PolicySpec;
@@ -42,27 +42,11 @@ pub fn resolve(scenario_file: &str, module: &str) -> PathBuf {
     Path::new(scenario_file).parent().map_or_else(|| p.to_path_buf(), |d| d.join(p))
 }
 
-fn module_params(params: &BTreeMap<String, ParamValue>) -> BTreeMap<String, ModuleParam> {
-    params
-        .iter()
-        .map(|(k, v)| {
-            let v = match v {
-                ParamValue::Int(i) => ModuleParam::Int(*i),
-                ParamValue::Float(f) => ModuleParam::Float(*f),
-                ParamValue::Str(s) => ModuleParam::Str(s.clone()),
-                ParamValue::Bool(b) => ModuleParam::Bool(*b),
-            };
-            (k.clone(), v)
-        })
-        .collect()
-}
-
 /// Opens (compiles or maps, instantiates, initialises) the module of `spec` for `ncpus`
 /// CPUs, of either form; its label is its file's name.
 pub fn build_module(spec: &PolicySpec, ncpus: u16) -> Result<Opened, String> {
     let path = module_path(spec).ok_or_else(|| format!("'{}' is not a module", spec.kind))?;
-    vassal_module::open_file(path, ncpus, &module_params(&spec.params), Limits::default())
-        .map_err(|e| format!("module {}: {e}", path.display()))
+    vassal_module::open_file(path, ncpus, &spec.params, Limits::default()).map_err(|e| format!("module {}: {e}", path.display()))
 }
 
 /// Loads the module once to check it and read its declared usage (scenario parsing).

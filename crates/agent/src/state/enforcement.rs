@@ -69,20 +69,20 @@ impl Agent {
     /// refills; an outright `None` in the first place means not real-time at all.
     fn rt_grant(&mut self, now: Ns, id: u32) -> (Option<RtBy>, Ns) {
         let task = TaskId(id);
-        let default = self.disp.default_sched();
+        let default = self.drv.disp.default_sched();
         let Some(m) = self.tasks.get(&id) else {
             return (None, 0);
         };
         let warped = m.params.get("warp").is_some_and(|&w| w > 0);
-        let by = match self.disp.state(task) {
-            TaskState::Running(_) => match self.disp.ran_by(task) {
+        let by = match self.drv.disp.state(task) {
+            TaskState::Running(_) => match self.drv.disp.ran_by(task) {
                 Some(s) if s != default => RtBy::Sched(s),
                 _ if warped => RtBy::Warp,
                 _ if self.cfg.best_effort_run == BestEffortRun::Fifo && m.uid == 0 => RtBy::BestEffort,
                 _ => return (None, 0),
             },
-            TaskState::Blocked => match self.disp.owner(task) {
-                Some(s) if s != default && !self.disp.is_guest(task) => RtBy::Sched(s),
+            TaskState::Blocked => match self.drv.disp.owner(task) {
+                Some(s) if s != default && !self.drv.disp.is_guest(task) => RtBy::Sched(s),
                 _ if warped => RtBy::Warp,
                 _ => return (None, 0),
             },
@@ -109,7 +109,7 @@ impl Agent {
             }
         };
         if let RtBy::Sched(s) = by {
-            let rate = self.disp.usage(s).map_or(0, |u| u.demand_ppm());
+            let rate = self.drv.disp.usage(s).map_or(0, |u| u.demand_ppm());
             take(self.sched_budgets.entry(s.0).or_insert_with(|| Bucket::new(rate, window, now)));
         }
         if uid != 0 {
@@ -176,7 +176,7 @@ impl Agent {
             // whose declared share is spent — is held like a reservation outside its slots.
             let (rt, left) = self.rt_grant(now, id);
             let m = &self.tasks[&id];
-            let want = match self.disp.state(task) {
+            let want = match self.drv.disp.state(task) {
                 TaskState::Running(_) if rt.is_none() && self.hard_capped(task) => KState::Held,
                 TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt.is_some() },
                 TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
@@ -296,7 +296,7 @@ impl Agent {
     /// scheduler below may run it, and SCHED_IDLE alone would still give it up to a 4 ms
     /// kernel tick per parking (module documentation, *held*).
     fn hard_capped(&self, task: TaskId) -> bool {
-        self.disp.owner(task).is_some_and(|o| o != self.disp.default_sched()) && !self.disp.is_guest(task)
+        self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched()) && !self.drv.disp.is_guest(task)
     }
 
     /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a

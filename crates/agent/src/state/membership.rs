@@ -61,7 +61,7 @@ impl Agent {
         let runnable = threads.iter().any(|t| t.run);
         // The process's own affinity, as the ledger saved it for its first thread.
         let affinity = CpuSet(threads.first().map_or(u64::MAX, |t| self.ledger.saved(t.slot).2.affinity[0]));
-        match self.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
+        match self.drv.disp.try_add_task(now, params.clone(), affinity, None, runnable) {
             Ok(task) => {
                 // With BPF events, an armed process's wakes may be quiet, bounded by this
                 // timer (its signal carries the task id).
@@ -171,10 +171,15 @@ impl Agent {
         };
         if !fresh {
             // Already managed: new parameters go to its scheduler one by one.
-            let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
+            let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
             for (k, v) in params {
-                let r =
-                    self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name: k.clone(), value: *v });
+                let r = self.drv.disp.message(
+                    now,
+                    owner,
+                    Sender { task: Some(task), uid },
+                    task,
+                    &Request::Param { name: k.clone(), value: *v },
+                );
                 if let Reply::Refused(why) = r {
                     self.settle(now);
                     return Answer::refused(format!("parameter {k}: {why}"));
@@ -184,8 +189,8 @@ impl Agent {
                 }
             }
         }
-        let target = sched.unwrap_or(self.disp.default_sched());
-        let reply = self.disp.message(now, target, Sender { task: Some(task), uid }, task, &Request::Join);
+        let target = sched.unwrap_or(self.drv.disp.default_sched());
+        let reply = self.drv.disp.message(now, target, Sender { task: Some(task), uid }, task, &Request::Join);
         if let Reply::Refused(why) = reply {
             if fresh {
                 self.unmanage(now, task);
@@ -195,8 +200,8 @@ impl Agent {
         }
         self.settle(now);
         // Its owner now: `target`, unless a loaded module was ejected meanwhile (settle).
-        let owner = self.disp.owner(task).unwrap_or(target);
-        let name = self.disp.sched_name(owner).unwrap_or("?").to_string();
+        let owner = self.drv.disp.owner(task).unwrap_or(target);
+        let name = self.drv.disp.sched_name(owner).unwrap_or("?").to_string();
         Answer::Joined { task: task.0, sched: name }
     }
 
@@ -205,8 +210,8 @@ impl Agent {
         let Some(&task) = self.by_pid.get(&pid) else {
             return Answer::refused(format!("process {pid} is not managed"));
         };
-        let owner = self.disp.owner(task).unwrap_or(self.disp.default_sched());
-        let r = self.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Leave);
+        let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
+        let r = self.drv.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Leave);
         self.settle(now);
         r.into()
     }
@@ -229,8 +234,8 @@ impl Agent {
     /// threads that leader left must not stay as the agent set them either (for a process
     /// that exited this finds nothing).
     pub(super) fn unmanage(&mut self, now: Ns, task: TaskId) {
-        if let Some(cpu) = self.disp.remove_task(now, task) {
-            self.effects_push_resched(cpu);
+        if let Some(cpu) = self.drv.disp.remove_task(now, task) {
+            self.request_resched(cpu);
         }
         if let Some(m) = self.tasks.remove(&task.0) {
             self.by_pid.remove(&m.pid);

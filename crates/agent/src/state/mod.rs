@@ -15,12 +15,12 @@
 //! and applied where it differs from what was applied last; a task is real-time only
 //! under a grant with budget left (`enforcement`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
-use vassal_core::{Dispatcher, Effect, HierarchyConfig, Ns, Position, Reply, Request, SchedId, Sender, TaskId, CPU_PPM, MS, SEC};
+use vassal_core::{Dispatcher, Driver, HierarchyConfig, Ns, Position, Reply, Request, SchedId, Sender, TaskId, CPU_PPM, MS, SEC};
 
 use crate::budget::Bucket;
-use crate::config::{to_params, Config};
+use crate::config::Config;
 use crate::guardian::{Ledger, Slot};
 use crate::kernel::{self, CpuClock, StatFile};
 use crate::wire::{Answer, EjectionRow};
@@ -31,7 +31,7 @@ mod modules;
 mod pass;
 mod status;
 
-use modules::{describe_sched, module_params};
+use modules::describe_sched;
 
 /// How often the threads of a managed process are re-listed (polling).
 pub const RESCAN: Ns = 250 * MS;
@@ -170,19 +170,14 @@ pub enum Source {
 /// The agent's state, guarded by one mutex shared by the broker and the dispatcher.
 pub struct Agent {
     pub cfg: Config,
-    disp: Dispatcher,
+    /// The dispatcher, with the scheduler events it was asked for and the CPUs waiting
+    /// for a decision (vassal_core::driver; `pass` is the agent's side of it).
+    drv: Driver,
     ncpus: u16,
     by_pid: BTreeMap<i32, TaskId>,
     tasks: BTreeMap<u32, Managed>,
-    events: BTreeSet<(Ns, u32, u64)>,
-    event_at: BTreeMap<(u32, u64), Ns>,
     slice_end: Vec<Option<Ns>>,
     ledger: Ledger,
-    effects: Vec<Effect>,
-    /// CPUs whose task blocked or left: they need a decision.
-    pending_resched: BTreeSet<u16>,
-    /// CPUs whose slice ran out.
-    pending_expired: BTreeSet<u16>,
     pub next_tick: Ns,
     /// No process is selected, armed or waiting for its kernel state: the passes need
     /// not come every tick (see `next_deadline`).
@@ -248,7 +243,7 @@ impl Agent {
             None => None,
         };
         let ncpus = kernel::online_cpus();
-        let default = vassal_policies::build(&cfg.default.kind, &to_params(&cfg.default.params))?;
+        let default = vassal_policies::build(&cfg.default.kind, &cfg.default.params)?;
         let be_ppm = ((1.0 - cfg.rt_fraction) * ncpus as f64 * CPU_PPM as f64).round() as u64;
         let hcfg = HierarchyConfig { min_best_effort_ppm: Some(be_ppm) };
         let mut disp = Dispatcher::new(ncpus, &cfg.default.kind, default, hcfg);
@@ -261,8 +256,7 @@ impl Agent {
             };
             if let Some(path) = &s.module {
                 // A policy module (docs/modules.md): loaded and contained like `ctl load`.
-                let opts =
-                    vassal_module::LoadOptions { params: module_params(&s.params), watchdog: s.watchdog_ns()?, ..Default::default() };
+                let opts = vassal_module::LoadOptions { params: s.params.clone(), watchdog: s.watchdog_ns()?, ..Default::default() };
                 let place = vassal_module::Placement::Above(cfg.default.kind.clone());
                 let place = if pos == Position::Top { vassal_module::Placement::Top } else { place };
                 vassal_module::load(&mut disp, std::path::Path::new(path), &s.name, &place, &opts)
@@ -271,23 +265,18 @@ impl Agent {
                 modules.insert(s.name.clone(), path.clone());
                 continue;
             }
-            let p = vassal_policies::build(&s.kind, &to_params(&s.params)).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
+            let p = vassal_policies::build(&s.kind, &s.params).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             let usage = s.usage()?.to_usage(ncpus).map_err(|e| format!("scheduler '{}': {e}", s.name))?;
             disp.register(&s.name, p, usage, pos).map_err(|e| e.to_string())?;
         }
         Ok(Agent {
             cfg,
-            disp,
+            drv: Driver::new(disp),
             ncpus,
             by_pid: BTreeMap::new(),
             tasks: BTreeMap::new(),
-            events: BTreeSet::new(),
-            event_at: BTreeMap::new(),
             slice_end: vec![None; ncpus as usize],
             ledger,
-            effects: Vec::new(),
-            pending_resched: BTreeSet::new(),
-            pending_expired: BTreeSet::new(),
             next_tick: now,
             quiet: false,
             backoff: 1,
@@ -352,7 +341,7 @@ impl Agent {
         self.by_pid.get(&pid).copied()
     }
     pub fn lookup(&self, name: &str) -> Option<SchedId> {
-        self.disp.lookup(name)
+        self.drv.disp.lookup(name)
     }
     pub fn param(&self, pid: i32, name: &str) -> Option<i64> {
         let t = self.by_pid.get(&pid)?;
@@ -387,8 +376,8 @@ impl Agent {
                 ));
             }
         }
-        let to = sched.or(self.disp.owner(task)).unwrap_or(self.disp.default_sched());
-        let r = self.disp.message(now, to, Sender { task: Some(task), uid }, task, req);
+        let to = sched.or(self.drv.disp.owner(task)).unwrap_or(self.drv.disp.default_sched());
+        let r = self.drv.disp.message(now, to, Sender { task: Some(task), uid }, task, req);
         if let Some(m) = self.tasks.get_mut(&task.0) {
             match (&r, req) {
                 (Reply::Ok, Request::Param { name, value }) => {

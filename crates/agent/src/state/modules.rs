@@ -9,26 +9,8 @@ use std::collections::BTreeMap;
 use vassal_core::{Dispatcher, Ns, Position, SchedId, TaskId};
 
 use super::{Agent, MAX_EJECTIONS};
-use crate::config::to_params;
 use crate::kernel;
 use crate::wire::{Answer, EjectionRow};
-
-/// A module's scheduler-level parameters as given in the config or on the wire.
-pub(super) fn module_params(p: &BTreeMap<String, crate::config::Value>) -> BTreeMap<String, vassal_module::ModuleParam> {
-    use crate::config::Value;
-    use vassal_module::ModuleParam;
-    p.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::Bool(b) => ModuleParam::Bool(*b),
-                Value::Int(i) => ModuleParam::Int(*i),
-                Value::Float(f) => ModuleParam::Float(*f),
-                Value::Str(s) => ModuleParam::Str(s.clone()),
-            };
-            (k.clone(), v)
-        })
-        .collect()
-}
 
 /// "KIND, USAGE" of scheduler `name`, for the agent's log.
 pub(super) fn describe_sched(disp: &Dispatcher, name: &str) -> String {
@@ -45,7 +27,7 @@ impl Agent {
         usage: &crate::config::UsageSpec,
         above: Option<&str>,
     ) -> Answer {
-        let policy = match vassal_policies::build(kind, &to_params(params)) {
+        let policy = match vassal_policies::build(kind, params) {
             Ok(p) => p,
             Err(e) => return Answer::refused(e),
         };
@@ -55,12 +37,12 @@ impl Agent {
         };
         let pos = match above {
             None => Position::Top,
-            Some(a) => match self.disp.lookup(a) {
+            Some(a) => match self.drv.disp.lookup(a) {
                 Some(id) => Position::Above(id),
                 None => return Answer::refused(format!("no scheduler named '{a}'")),
             },
         };
-        let r = match self.disp.register(name, policy, usage, pos) {
+        let r = match self.drv.disp.register(name, policy, usage, pos) {
             Ok(_) => Answer::Ok,
             Err(e) => Answer::refused(e.to_string()),
         };
@@ -69,10 +51,10 @@ impl Agent {
     }
 
     pub fn unregister(&mut self, now: Ns, name: &str) -> Answer {
-        let Some(id) = self.disp.lookup(name) else {
+        let Some(id) = self.drv.disp.lookup(name) else {
             return Answer::refused(format!("no scheduler named '{name}'"));
         };
-        let r = match self.disp.unregister(now, id) {
+        let r = match self.drv.disp.unregister(now, id) {
             Ok(_) => {
                 if let Some(path) = self.modules.remove(name) {
                     eprintln!("vassal agent: module scheduler '{name}' ({path}) unregistered; its tasks went to the default scheduler");
@@ -95,7 +77,7 @@ impl Agent {
         params: &BTreeMap<String, crate::config::Value>,
     ) -> (Result<vassal_module::Opened, vassal_module::LoadError>, Ns) {
         let t0 = kernel::now_ns();
-        let r = vassal_module::open_file(std::path::Path::new(path), ncpus, &module_params(params), vassal_module::Limits::default());
+        let r = vassal_module::open_file(std::path::Path::new(path), ncpus, params, vassal_module::Limits::default());
         (r, kernel::now_ns().saturating_sub(t0))
     }
 
@@ -114,12 +96,12 @@ impl Agent {
         took: Ns,
         watchdog: Option<Ns>,
     ) -> Answer {
-        let r = opened.and_then(|m| vassal_module::register_opened(&mut self.disp, m, name, place, watchdog));
+        let r = opened.and_then(|m| vassal_module::register_opened(&mut self.drv.disp, m, name, place, watchdog));
         let answer = match r {
             Ok(_) => {
                 eprintln!(
                     "vassal agent: loaded module {path} as scheduler '{name}' ({}) at {place:?}, watchdog {}, opened in {:.1} ms outside the dispatcher's lock",
-                    describe_sched(&self.disp, name),
+                    describe_sched(&self.drv.disp, name),
                     watchdog.map_or("none".into(), vassal_core::fmt_duration),
                     took as f64 / 1e6
                 );
@@ -140,12 +122,12 @@ impl Agent {
     /// again at once, so no task is lost or left parked.
     pub fn unload(&mut self, now: Ns, name: &str) -> Answer {
         let Some(path) = self.modules.get(name).cloned() else {
-            return Answer::refused(match self.disp.lookup(name) {
+            return Answer::refused(match self.drv.disp.lookup(name) {
                 Some(_) => format!("'{name}' is a built-in scheduler, not a loaded module (use unregister)"),
                 None => format!("no module named '{name}' is loaded"),
             });
         };
-        let r = match vassal_module::unload(&mut self.disp, now, name) {
+        let r = match vassal_module::unload(&mut self.drv.disp, now, name) {
             Ok(moved) => {
                 self.modules.remove(name);
                 eprintln!("vassal agent: unloaded module scheduler '{name}' ({path}); tasks {}", self.describe_moved(&moved));
@@ -163,7 +145,7 @@ impl Agent {
             .iter()
             .map(|(t, s)| {
                 let pid = self.tasks.get(&t.0).map_or_else(|| format!("{t}"), |m| m.pid.to_string());
-                format!("{pid} -> {}", self.disp.sched_name(*s).unwrap_or("?"))
+                format!("{pid} -> {}", self.drv.disp.sched_name(*s).unwrap_or("?"))
             })
             .collect()
     }
@@ -179,7 +161,7 @@ impl Agent {
     /// dispatcher's deadlines (`next_deadline`), so it fires one dispatcher wake-up after
     /// its limit.
     pub(super) fn contain(&mut self, now: Ns) {
-        for e in self.disp.eject_failed(now) {
+        for e in self.drv.disp.eject_failed(now) {
             let module = self.modules.remove(&e.name).unwrap_or_default();
             let moved = self.moved_rows(&e.moved);
             eprintln!("vassal agent: module scheduler '{}' ({module}) ejected: {}; tasks [{}]", e.name, e.reason, moved.join(", "));

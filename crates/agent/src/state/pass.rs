@@ -1,6 +1,13 @@
 //! The dispatcher's pass: what it learns (events, polls), what it decides, and when the
 //! next one comes.
 //!
+//! **Decisions** go through `vassal_core::driver` (its rules 1-6), the same code as the
+//! simulator's: due scheduler events are fired (`driver::fire_due`), a slice end or a
+//! block makes its CPU's decision pending (`Driver::request`), and `driver::settle` makes
+//! the pending decisions lowest CPU first, applying each one's effects before the next
+//! (`contain` runs before each). The agent's side is `impl Hooks for Agent` below: it
+//! records each decision (slice end, latency sample, traces); no accounting there, since
+//! `poll` tells the dispatcher the CPU each process used, read from the kernel.
 //!
 //! **Events** (`Source`; docs/agent.md, "Event source"). With BPF (crate::bpf) each
 //! block or wake of a managed thread arrives as an event that wakes the dispatcher; a
@@ -31,9 +38,8 @@
 //! task runs unseen for at most one agent tick of CPU plus one kernel tick (4 ms at
 //! HZ = 250) — a runaway warped task is then dispatched, and its warp limit applies, from
 
-use std::collections::BTreeMap;
-
-use vassal_core::{Block, CpuId, Effect, Ns, Preempt, SchedId, TaskId, TaskState, Wake, MS, SEC};
+use vassal_core::driver::{self, Hooks, RESCHED_LIMIT};
+use vassal_core::{Block, CpuId, Dispatched, Driver, Ns, Preempt, SchedId, TaskId, TaskState, Wake, MS, SEC};
 
 use super::{Agent, KState, RtBy, Source, LAT_SAMPLES, PARKED_EVERY, RESCAN, RESCAN_BPF};
 
@@ -67,7 +73,7 @@ impl Agent {
             let every = if self.quiet { PARKED_EVERY } else { self.backoff };
             self.next_tick + (every - 1) * tick
         };
-        if let Some(&(at, _, _)) = self.events.first() {
+        if let Some(at) = self.drv.next_deadline() {
             d = d.min(at);
         }
         // A slice end is acted on within one tick after it. Polling, at the first poll
@@ -81,7 +87,7 @@ impl Agent {
             d = d.min(latest);
         }
         // A contained module's watchdog expiry is a deadline of its own.
-        if let Some(w) = self.disp.next_watchdog() {
+        if let Some(w) = self.drv.disp.next_watchdog() {
             d = d.min(w);
         }
         // A budget that held a task back from real time refills then.
@@ -122,9 +128,11 @@ impl Agent {
         }
     }
 
-    pub(super) fn effects_push_resched(&mut self, cpu: CpuId) {
+    /// `cpu` needs a decision (its task blocked or left): its slice end no longer counts,
+    /// so the decision's reason is `Resched`.
+    pub(super) fn request_resched(&mut self, cpu: CpuId) {
         self.slice_end[cpu.0 as usize] = None;
-        self.pending_resched.insert(cpu.0);
+        self.drv.request(cpu, Preempt::Resched);
     }
 
     /// One pass of the dispatcher at `now`: poll the managed processes that need it (see
@@ -140,22 +148,11 @@ impl Agent {
             use std::io::Write;
             let us = |t: Ns| (t as i64 - now as i64) / 1000;
             let slices: Vec<Option<i64>> = self.slice_end.iter().map(|e| e.map(us)).collect();
-            let event = self.events.first().map(|e| us(e.0));
+            let event = self.drv.next_deadline().map(us);
             let _ = writeln!(tr, "{} pass: {} BPF events, scheduler event {event:?}, slice ends {slices:?}", now / 1000, self.ev_buf.len());
         }
         self.poll(now);
-        while let Some(&(at, sched, token)) = self.events.first() {
-            if at > now {
-                break;
-            }
-            self.events.pop_first();
-            self.event_at.remove(&(sched, token));
-            self.changes += 1;
-            if let Some(t) = self.chrome.as_mut() {
-                t.event(now, self.disp.sched_name(SchedId(sched)).unwrap_or("?"));
-            }
-            self.disp.fire_event(now, SchedId(sched), token);
-        }
+        driver::fire_due(self, now);
         // Every tick that fell due since the last pass is delivered (the passes may be
         // up to PARKED_EVERY ticks apart when polling, up to a second with BPF events), so
         // a policy counting ticks keeps its count; more than that behind (a host stall),
@@ -170,7 +167,7 @@ impl Agent {
         let mut delivered = 0;
         while now >= self.next_tick && delivered < most {
             for c in 0..self.ncpus {
-                self.disp.tick(now, CpuId(c));
+                self.drv.disp.tick(now, CpuId(c));
             }
             delivered += 1;
             self.next_tick += tick;
@@ -181,7 +178,7 @@ impl Agent {
         for c in 0..self.ncpus as usize {
             if self.slice_end[c].is_some_and(|e| e <= now) {
                 self.slice_end[c] = None;
-                self.pending_expired.insert(c as u16);
+                self.drv.request(CpuId(c as u16), Preempt::SliceExpired);
             }
         }
         self.settle(now);
@@ -250,7 +247,7 @@ impl Agent {
         let all = !bpf && (self.quiet || self.backoff > 1);
         for id in ids {
             let task = TaskId(id);
-            let selected = matches!(self.disp.state(task), TaskState::Running(_));
+            let selected = matches!(self.drv.disp.state(task), TaskState::Running(_));
             let m = self.tasks.get_mut(&id).expect("listed");
             let rescan = if bpf { now + RESCAN_BPF / 2 >= m.rescanned + RESCAN_BPF } else { now >= m.rescanned + RESCAN };
             // Polled at every pass: a selected process (its block frees a CPU), an armed
@@ -322,16 +319,16 @@ impl Agent {
             // charging whole quanta per run (BVT's mcu, §2) would otherwise charge a full
             // mcu for each sliver. Past one second untold it is told anyway.
             let unaccounted = m.unaccounted;
-            let cpu = match self.disp.state(task) {
+            let cpu = match self.drv.disp.state(task) {
                 TaskState::Running(c) => Some(c),
                 _ if unaccounted >= SEC => Some(CpuId(last_cpu.unwrap_or(0))),
                 _ => None,
             };
             if let (Some(cpu), true) = (cpu, unaccounted > 0) {
                 m.unaccounted = 0;
-                self.disp.account(now, task, cpu, unaccounted);
+                self.drv.disp.account(now, task, cpu, unaccounted);
             }
-            let st = self.disp.state(task);
+            let st = self.drv.disp.state(task);
             if let Some(tr) = self.trace.as_mut() {
                 use std::io::Write;
                 if runnable != st.is_runnable() || ran > 0 {
@@ -351,13 +348,13 @@ impl Agent {
                 _ => None,
             });
             if runnable && st == TaskState::Blocked {
-                self.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
+                self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
                 }
             } else if !runnable && st.is_runnable() {
-                if let Some(cpu) = self.disp.block(now, task, Block { voluntary: true }) {
-                    self.effects_push_resched(cpu);
+                if let Some(cpu) = self.drv.disp.block(now, task, Block { voluntary: true }) {
+                    self.request_resched(cpu);
                 }
                 if let Some(m) = self.tasks.get_mut(&id) {
                     m.runnable_since = None;
@@ -383,19 +380,19 @@ impl Agent {
     fn replay_run(&mut self, now: Ns, task: TaskId, cpu: CpuId) {
         self.changes += 1;
         self.replayed_runs += 1;
-        self.disp.wake(now, task, Wake { voluntary: true, cpu: Some(cpu), ..Wake::default() });
+        self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: Some(cpu), ..Wake::default() });
         if let Some(m) = self.tasks.get_mut(&task.0) {
             m.runnable_since = None;
         }
-        self.decide(now);
-        if let (TaskState::Running(c), Some(m)) = (self.disp.state(task), self.tasks.get_mut(&task.0)) {
+        driver::settle(self, now);
+        if let (TaskState::Running(c), Some(m)) = (self.drv.disp.state(task), self.tasks.get_mut(&task.0)) {
             let ran = std::mem::take(&mut m.unaccounted);
             if ran > 0 {
-                self.disp.account(now, task, c, ran);
+                self.drv.disp.account(now, task, c, ran);
             }
         }
-        if let Some(c) = self.disp.block(now, task, Block { voluntary: true }) {
-            self.effects_push_resched(c);
+        if let Some(c) = self.drv.disp.block(now, task, Block { voluntary: true }) {
+            self.request_resched(c);
         }
         if let Some(m) = self.tasks.get_mut(&task.0) {
             m.episode_rt = 0;
@@ -418,81 +415,74 @@ impl Agent {
         }
     }
 
-    /// Carries out what the policies asked (events, reschedules), then applies the
-    /// resulting decisions to the kernel.
+    /// Carries out what the policies asked (events, reschedules: `driver::settle`), then
+    /// applies the resulting decisions to the kernel.
     pub fn settle(&mut self, now: Ns) {
-        self.decide(now);
+        driver::settle(self, now);
         self.take_notes();
         self.enforce(now);
     }
+}
 
-    /// Carries out what the policies asked (events, reschedules): the decisions, not yet
-    /// applied to the kernel.
-    fn decide(&mut self, now: Ns) {
-        for _round in 0..1000 {
-            // Containment of loaded modules (issue 8): a module that failed since the last
-            // round is ejected before anything else is decided.
-            self.contain(now);
-            let mut effects = std::mem::take(&mut self.effects);
-            self.disp.drain_effects(&mut effects);
-            let mut resched: BTreeMap<u16, Preempt> = BTreeMap::new();
-            for c in std::mem::take(&mut self.pending_expired) {
-                resched.insert(c, Preempt::SliceExpired);
-            }
-            for c in std::mem::take(&mut self.pending_resched) {
-                resched.insert(c, Preempt::Resched);
-            }
-            for e in effects.drain(..) {
-                match e {
-                    Effect::SetEvent { sched, token, at } => {
-                        if let Some(old) = self.event_at.insert((sched.0, token), at) {
-                            self.events.remove(&(old, sched.0, token));
-                        }
-                        self.events.insert((at, sched.0, token));
+/// The agent's side of the driver (vassal_core::driver): the decisions it makes are
+/// recorded here; they reach the kernel at `Agent::settle`'s `enforce`.
+impl Hooks for Agent {
+    fn driver(&mut self) -> &mut Driver {
+        &mut self.drv
+    }
+
+    /// Nothing: the CPU a task used is read from the kernel and told to the dispatcher
+    /// by `poll` (and `replay_run`), not reckoned at decisions.
+    fn account(&mut self, _now: Ns, _cpu: CpuId) {}
+
+    fn dispatched(&mut self, now: Ns, cpu: CpuId, why: Preempt, before: Option<TaskId>, d: Option<Dispatched>) {
+        let c = cpu.0;
+        // A decision that changes what runs is a change (one that keeps the same task
+        // running is not: the kernel state stays as it is).
+        if d.map(|d| d.task) != before {
+            self.changes += 1;
+        }
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
+        }
+        if let Some(t) = self.chrome.as_mut() {
+            let by = d.and_then(|d| Some((self.tasks.get(&d.task.0)?.pid as u32, self.drv.disp.sched_name(d.by).unwrap_or("?"))));
+            t.decision(now, c, by);
+        }
+        self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
+        if let Some(d) = d {
+            if let Some(m) = self.tasks.get_mut(&d.task.0) {
+                m.last_cpu = Some(c);
+                if let Some(since) = m.runnable_since.take() {
+                    if m.lat.len() == LAT_SAMPLES {
+                        m.lat.pop_front();
                     }
-                    Effect::CancelEvent { sched, token } => {
-                        if let Some(old) = self.event_at.remove(&(sched.0, token)) {
-                            self.events.remove(&(old, sched.0, token));
-                        }
-                    }
-                    Effect::Resched(cpu) => {
-                        resched.entry(cpu.0).or_insert(Preempt::Resched);
-                    }
+                    m.lat.push_back(((now - since) / 1000).min(u32::MAX as u64) as u32);
                 }
             }
-            self.effects = effects;
-            if resched.is_empty() {
-                break;
-            }
-            for (c, why) in resched {
-                let before = self.disp.running(CpuId(c));
-                let d = self.disp.schedule(now, CpuId(c), why);
-                // A decision that changes what runs is a change (one that keeps the same
-                // task running is not: the kernel state stays as it is).
-                if d.map(|d| d.task) != before {
-                    self.changes += 1;
-                }
-                if let Some(tr) = self.trace.as_mut() {
-                    use std::io::Write;
-                    let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
-                }
-                if let Some(t) = self.chrome.as_mut() {
-                    let by = d.and_then(|d| Some((self.tasks.get(&d.task.0)?.pid as u32, self.disp.sched_name(d.by).unwrap_or("?"))));
-                    t.decision(now, c, by);
-                }
-                self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
-                if let Some(d) = d {
-                    if let Some(m) = self.tasks.get_mut(&d.task.0) {
-                        m.last_cpu = Some(c);
-                        if let Some(since) = m.runnable_since.take() {
-                            if m.lat.len() == LAT_SAMPLES {
-                                m.lat.pop_front();
-                            }
-                            m.lat.push_back(((now - since) / 1000).min(u32::MAX as u64) as u32);
-                        }
-                    }
-                }
-            }
+        }
+    }
+
+    /// Containment of loaded modules (issue 8): a module that failed since the last round
+    /// is ejected before anything else is decided.
+    fn before_round(&mut self, now: Ns) {
+        self.contain(now);
+    }
+
+    /// A scheduler event is a change (the passes come every tick after it).
+    fn before_event(&mut self, now: Ns, sched: SchedId) {
+        self.changes += 1;
+        if let Some(t) = self.chrome.as_mut() {
+            t.event(now, self.drv.disp.sched_name(sched).unwrap_or("?"));
+        }
+    }
+
+    fn livelock(&mut self, now: Ns, cpu: CpuId) {
+        eprintln!("vassal agent: {cpu}: over {RESCHED_LIMIT} reschedules at one instant; ignoring more until the next pass");
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(tr, "{} {cpu}: livelock, over {RESCHED_LIMIT} reschedules", now / 1000);
         }
     }
 }

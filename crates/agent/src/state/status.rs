@@ -21,11 +21,11 @@ impl Agent {
     /// go to the agent's log too (e.g. rtserver removing a misbehaving task's reservation,
     /// paper 002 §2.3), so the task's owner and the administrator both see it.
     pub(super) fn take_notes(&mut self) {
-        let logs = self.disp.drain_logs();
+        let logs = self.drv.disp.drain_logs();
         if logs.is_empty() {
             return;
         }
-        let default = self.disp.sched_name(self.disp.default_sched()).unwrap_or("").to_string();
+        let default = self.drv.disp.sched_name(self.drv.disp.default_sched()).unwrap_or("").to_string();
         for (sched, l) in logs {
             let Some(m) = l.task.and_then(|t| self.tasks.get_mut(&t.0)) else {
                 continue;
@@ -43,11 +43,12 @@ impl Agent {
     pub fn hierarchy(&self) -> Answer {
         let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
         for &id in self.tasks.keys() {
-            if let Some(o) = self.disp.owner(TaskId(id)) {
+            if let Some(o) = self.drv.disp.owner(TaskId(id)) {
                 *counts.entry(o.0).or_default() += 1;
             }
         }
         let schedulers = self
+            .drv
             .disp
             .schedulers()
             .into_iter()
@@ -86,9 +87,9 @@ impl Agent {
                     pid: m.pid,
                     uid: m.uid,
                     task: id,
-                    sched: self.disp.owner(task).and_then(|o| self.disp.sched_name(o)).unwrap_or("?").to_string(),
+                    sched: self.drv.disp.owner(task).and_then(|o| self.drv.disp.sched_name(o)).unwrap_or("?").to_string(),
                     threads: m.threads.len(),
-                    state: match self.disp.state(task) {
+                    state: match self.drv.disp.state(task) {
                         TaskState::Running(c) => format!("running on {c}"),
                         TaskState::Runnable => "runnable".into(),
                         TaskState::Blocked => "blocked".into(),
@@ -110,7 +111,7 @@ impl Agent {
                     share,
                     latency_p50_us: pct(0.5),
                     latency_p99_us: pct(0.99),
-                    budget_ns: match self.disp.state(task) {
+                    budget_ns: match self.drv.disp.state(task) {
                         TaskState::Running(c) => self.slice_end[c.0 as usize].map(|e| e.saturating_sub(now)),
                         _ => None,
                     },
