@@ -223,7 +223,8 @@ fn reports_render_in_headless_chromium() {
     for (html, size) in [(&sim_html, (1200, 1600)), (&repro_html, (1200, 3000))] {
         let png = html.with_extension("png");
         if screenshot(html, &png, size).is_none() {
-            println!("SKIPPED: chromium is not installed (Debian: apt-get install chromium); the pages are in {}", out.display());
+            vassal_agent::skip::skip("chromium is not installed (Debian: apt-get install chromium): the HTML render check");
+            eprintln!("the pages are in {}", out.display());
             return;
         }
         let (inked, var, w, h) = ink(&png);
