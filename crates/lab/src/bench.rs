@@ -1,4 +1,5 @@
-//! `vassal bench`: simulated events per second on a 1,000-task scenario, and the cost of
+//! `vassal bench`: simulated events per second on a 1,000-task scenario, periodic jobs per
+//! second (20 tasks under RM on 1 CPU and under global EDF on 4, issue 16), and the cost of
 //! one scheduling decision (account + preempt + pick + validate + dispatch through the
 //! Vassal dispatcher) with 10, 1,000 and 100,000 runnable tasks, for every built-in
 //! policy. Each figure is the median of several runs in this process, so a noisy machine
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use vassal_core::driver::{self, Hooks};
-use vassal_core::{CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Preempt, TaskId, TaskParams, MS};
+use vassal_core::{CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, ParamValue, Preempt, TaskId, TaskParams, MS};
 use vassal_sim::model::{Behaviour, ClockMode, Dist, Machine, PolicySpec, Scenario, TaskSpec};
 
 pub const SIZES: [usize; 3] = [10, 1_000, 100_000];
@@ -23,6 +24,10 @@ pub struct Bench {
     /// Loaded module against built-in, for "bvt" and "rr": kind → size → costs; empty
     /// when no module form is built (scripts/test.sh builds both).
     pub module_cost: BTreeMap<String, BTreeMap<usize, ModuleCost>>,
+    /// Periodic jobs simulated per second, metrics on (issue 16): "rm_1cpu" (20 tasks,
+    /// `fps` with `rm`, 1 CPU, utilisation 0.7) and "gedf_4cpu" (20 tasks, global `edf`,
+    /// 4 CPUs, utilisation 0.9 per CPU); with the jobs each run simulated.
+    pub jobs_per_sec: BTreeMap<&'static str, (f64, u64)>,
 }
 
 /// ns per decision of one policy at one size: built-in, and each module form that is built.
@@ -85,6 +90,65 @@ fn loaded_cost(kind: &str, module: Option<&std::path::Path>, n: usize, iters: u3
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// `n` implicit-deadline periodic tasks on `cpus` CPUs under `policy`, total utilisation
+/// `util` (equal per task); periods 10, 20, ..., 10·n ms (not harmonic with each other
+/// beyond what those multiples give), each task's `period` given to the policy.
+pub fn periodic_set(n: u64, cpus: u16, util: f64, policy: PolicySpec, until: u64) -> Scenario {
+    let tasks = (1..=n)
+        .map(|k| {
+            let period = 10 * MS * k;
+            let exec = (period as f64 * util / n as f64) as u64;
+            let mut params = TaskParams::new();
+            params.insert("period".into(), period as i64);
+            TaskSpec {
+                name: format!("p{k}"),
+                start: 0,
+                scheduler: None,
+                affinity: CpuSet::first(cpus),
+                params,
+                uid: 0,
+                behaviour: Behaviour::Periodic { period, offset: 0, exec: Dist::Const(exec), deadline: period, jobs: None },
+                loop_at: None,
+            }
+        })
+        .collect();
+    Scenario {
+        name: format!("bench-periodic-{}-{cpus}cpu", policy.kind),
+        machine: Machine {
+            cpus,
+            clock: ClockMode::OneShot,
+            hz: 0,
+            switch_cost: 0,
+            migration_cost: 0,
+            unscheduled: None,
+            min_best_effort_ppm: None,
+        },
+        default_name: "default".into(),
+        default_policy: policy,
+        schedulers: vec![],
+        tasks,
+        interrupts: vec![],
+        memory: None,
+        until,
+        seed: 1,
+    }
+}
+
+/// Jobs per second simulating `sc` (the median of `reps` runs), and the jobs of one run.
+fn job_rate(sc: &Scenario, reps: usize) -> Result<(f64, u64)> {
+    let mut rates = Vec::new();
+    let mut jobs = 0;
+    for _ in 0..reps {
+        let sim = vassal_sim::Sim::new(sc.clone())?;
+        let start = Instant::now();
+        let report = sim.run()?;
+        let secs = start.elapsed().as_secs_f64();
+        jobs = report.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum();
+        rates.push(jobs as f64 / secs);
+    }
+    Ok((median(rates), jobs))
 }
 
 /// A 1,000-task scenario of mixed behaviours on 4 CPUs under round robin.
@@ -203,6 +267,12 @@ pub fn run(quick: bool) -> Result<Bench> {
         events = report.totals.events;
         rates.push(events as f64 / secs);
     }
+    let job_horizon = if quick { 100_000 * MS } else { 1_000_000 * MS };
+    let rm = PolicySpec { kind: "fps".into(), params: [("rm".to_string(), ParamValue::Bool(true))].into() };
+    let edf = PolicySpec { kind: "edf".into(), params: BTreeMap::new() };
+    let mut jobs_per_sec = BTreeMap::new();
+    jobs_per_sec.insert("rm_1cpu", job_rate(&periodic_set(20, 1, 0.7, rm, job_horizon), reps)?);
+    jobs_per_sec.insert("gedf_4cpu", job_rate(&periodic_set(20, 4, 3.6, edf, job_horizon), reps)?);
     let mut decision_ns = BTreeMap::new();
     for (kind, _) in vassal_policies::kinds() {
         let mut by_size = BTreeMap::new();
@@ -236,7 +306,7 @@ pub fn run(quick: bool) -> Result<Bench> {
         }
         module_cost.insert(kind.to_string(), m);
     }
-    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_cost })
+    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_cost, jobs_per_sec })
 }
 
 impl Bench {
@@ -268,13 +338,23 @@ impl Bench {
                 (k.clone(), serde_json::Value::Object(by))
             })
             .collect();
-        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "decision_ns": d, "module_ns": m })
+        let jobs: serde_json::Map<String, serde_json::Value> =
+            self.jobs_per_sec.iter().map(|(k, (rate, _))| (k.to_string(), serde_json::json!(rate.round()))).collect();
+        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "jobs_per_sec": jobs, "decision_ns": d, "module_ns": m })
     }
 
     pub fn table(&self) -> String {
         let mut o = String::new();
         let _ =
             writeln!(o, "simulator: {:.2} M events/s ({} events, 1,000 tasks, 4 CPUs, one core)", self.events_per_sec / 1e6, self.events);
+        for (k, what) in [
+            ("rm_1cpu", "20 periodic tasks, RM (fps), 1 CPU, U 0.7"),
+            ("gedf_4cpu", "20 periodic tasks, global EDF, 4 CPUs, U 0.9 per CPU"),
+        ] {
+            if let Some((rate, jobs)) = self.jobs_per_sec.get(k) {
+                let _ = writeln!(o, "simulator: {:.2} M jobs/s {k} ({jobs} jobs; {what})", rate / 1e6);
+            }
+        }
         let _ = writeln!(o, "\nns per decision (account + preempt + pick + dispatch)");
         let _ = writeln!(o, "{:<8} {:>10} {:>10} {:>10} {:>12}", "policy", "10", "1000", "100000", "100k / 10");
         for (k, m) in &self.decision_ns {
@@ -318,5 +398,27 @@ impl Bench {
             }
         }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The job-rate scenario counts what it says: under RM at utilisation 0.7 (below Liu &
+    /// Layland's bound for 20 tasks, 0.705) every job of every task meets its deadline, and
+    /// the jobs counted are those that finished within the horizon.
+    #[test]
+    fn the_rm_job_set_meets_every_deadline_due_in_the_horizon() {
+        let until = 10_000 * MS;
+        let rm = PolicySpec { kind: "fps".into(), params: [("rm".to_string(), ParamValue::Bool(true))].into() };
+        let report = vassal_sim::Sim::new(periodic_set(20, 1, 0.7, rm, until)).unwrap().run().unwrap();
+        let missed: u64 = report.tasks.iter().map(|t| t.jobs_missed).sum();
+        let met: u64 = report.tasks.iter().map(|t| t.jobs_met).sum();
+        // Jobs due by the horizon must all be met; jobs released before it may be too.
+        let due: u64 = (1..=20u64).map(|k| until / (10 * MS * k)).sum();
+        let released: u64 = (1..=20u64).map(|k| until.div_ceil(10 * MS * k)).sum();
+        assert_eq!(missed, 0);
+        assert!(due <= met && met <= released, "met {met}: due {due}, released {released}");
     }
 }
