@@ -114,26 +114,9 @@ pub fn periodic_set(n: u64, cpus: u16, util: f64, policy: PolicySpec, until: u64
             }
         })
         .collect();
-    Scenario {
-        name: format!("bench-periodic-{}-{cpus}cpu", policy.kind),
-        machine: Machine {
-            cpus,
-            clock: ClockMode::OneShot,
-            hz: 0,
-            switch_cost: 0,
-            migration_cost: 0,
-            unscheduled: None,
-            min_best_effort_ppm: None,
-        },
-        default_name: "default".into(),
-        default_policy: policy,
-        schedulers: vec![],
-        tasks,
-        interrupts: vec![],
-        memory: None,
-        until,
-        seed: 1,
-    }
+    let machine =
+        Machine { cpus, clock: ClockMode::OneShot, hz: 0, switch_cost: 0, migration_cost: 0, unscheduled: None, min_best_effort_ppm: None };
+    Scenario::of_tasks(&format!("bench-periodic-{}-{cpus}cpu", policy.kind), machine, policy, tasks, until)
 }
 
 /// Jobs per second simulating `sc` (the median of `reps` runs), and the jobs of one run.
@@ -179,26 +162,16 @@ pub fn thousand_tasks(until: u64) -> Scenario {
             }
         })
         .collect();
-    Scenario {
-        name: "bench-1000".into(),
-        machine: Machine {
-            cpus: 4,
-            clock: ClockMode::OneShot,
-            hz: 250,
-            switch_cost: 3_000,
-            migration_cost: 10_000,
-            unscheduled: None,
-            min_best_effort_ppm: None,
-        },
-        default_name: "default".into(),
-        default_policy: PolicySpec { kind: "rr".into(), params: BTreeMap::new() },
-        schedulers: vec![],
-        tasks,
-        interrupts: vec![],
-        memory: None,
-        until,
-        seed: 1,
-    }
+    let machine = Machine {
+        cpus: 4,
+        clock: ClockMode::OneShot,
+        hz: 250,
+        switch_cost: 3_000,
+        migration_cost: 10_000,
+        unscheduled: None,
+        min_best_effort_ppm: None,
+    };
+    Scenario::of_tasks("bench-1000", machine, PolicySpec { kind: "rr".into(), params: BTreeMap::new() }, tasks, until)
 }
 
 fn decision_cost(kind: &str, n: usize, iters: u32) -> Result<f64> {

@@ -218,6 +218,25 @@ pub struct Scenario {
     pub seed: u64,
 }
 
+impl Scenario {
+    /// `tasks` on `machine` under one default scheduler named "default" running `policy`:
+    /// no loaded schedulers, interrupts or memory model; seed 1.
+    pub fn of_tasks(name: &str, machine: Machine, policy: PolicySpec, tasks: Vec<TaskSpec>, until: Ns) -> Self {
+        Scenario {
+            name: name.into(),
+            machine,
+            default_name: "default".into(),
+            default_policy: policy,
+            schedulers: vec![],
+            tasks,
+            interrupts: vec![],
+            memory: None,
+            until,
+            seed: 1,
+        }
+    }
+}
+
 /// Main memory, the swap device and the swap scheduler's strategies, with each task's
 /// image size.
 #[derive(Clone, Debug, PartialEq)]

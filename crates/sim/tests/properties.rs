@@ -71,18 +71,7 @@ fn with_param(mut t: TaskSpec, k: &str, v: i64) -> TaskSpec {
 }
 
 fn scenario(m: Machine, default_policy: PolicySpec, tasks: Vec<TaskSpec>, until: Ns) -> Scenario {
-    Scenario {
-        name: "prop".into(),
-        machine: m,
-        default_name: DEFAULT.into(),
-        default_policy,
-        schedulers: vec![],
-        tasks,
-        interrupts: vec![],
-        memory: None,
-        until,
-        seed: 1,
-    }
+    Scenario::of_tasks("prop", m, default_policy, tasks, until)
 }
 
 /// Runs with every invariant checked after every event.
