@@ -9,8 +9,10 @@
 //!    gives it ([`Hooks::event_time`]; the simulator rounds up to its tick), replacing the
 //!    token's earlier one; `CancelEvent` disarms it; `Resched(cpu)` makes a decision on
 //!    `cpu` pending.
-//! 2. A CPU has at most one pending decision; its reason is `Preempt::SliceExpired` if the
-//!    mechanism saw the slice end ([`Driver::request`]), else `Preempt::Resched`.
+//! 2. A CPU has at most one pending decision. Its reason is the first of
+//!    `Preempt::SliceExpired` (the mechanism saw the slice end) or `Preempt::Yield` (the
+//!    running task yielded) asked for it ([`Driver::request`]), else `Preempt::Resched`:
+//!    a reschedule asked for by a policy does not hide why the running task stops.
 //! 3. [`settle`] applies the effects, then makes the pending decision of the lowest CPU,
 //!    then applies the effects that decision caused, and so on until nothing is pending.
 //! 4. Every decision ([`decide`]) first has the mechanism account the task running on the
@@ -100,10 +102,11 @@ impl<K: Ord + Clone, V> Driver<K, V> {
         Driver { disp, timers: Timers::new(), pending: vec![None; n], guard: vec![(0, 0); n], effects: Vec::new() }
     }
 
-    /// Makes a decision on `cpu` pending (see rule 2: `SliceExpired` is kept over `Resched`).
+    /// Makes a decision on `cpu` pending (see rule 2: a slice end or a yield is kept over
+    /// `Resched`).
     pub fn request(&mut self, cpu: CpuId, why: Preempt) {
         if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
-            if *p != Some(Preempt::SliceExpired) {
+            if matches!(p, None | Some(Preempt::Resched)) {
                 *p = Some(why);
             }
         }
@@ -329,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slice_end_is_kept_as_the_reason_over_a_reschedule() {
+    fn a_slice_end_or_a_yield_is_kept_as_the_reason_over_a_reschedule() {
         let mut m = mech(1, false);
         m.drv.request(CpuId(0), Preempt::SliceExpired);
         m.drv.request(CpuId(0), Preempt::Resched);
@@ -339,6 +342,12 @@ mod tests {
         m.drv.request(CpuId(0), Preempt::Resched);
         m.drv.request(CpuId(0), Preempt::SliceExpired);
         assert_eq!(m.drv.pending(CpuId(0)), Some(Preempt::SliceExpired));
+        settle(&mut m, 0);
+        // A yield is kept over a reschedule too; the first of the two kept is kept.
+        m.drv.request(CpuId(0), Preempt::Yield);
+        m.drv.request(CpuId(0), Preempt::Resched);
+        m.drv.request(CpuId(0), Preempt::SliceExpired);
+        assert_eq!(m.drv.pending(CpuId(0)), Some(Preempt::Yield));
     }
 
     #[test]

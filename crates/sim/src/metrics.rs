@@ -88,6 +88,8 @@ pub struct TaskMetrics {
     pub lateness: Hist,
     pub jobs_met: u64,
     pub jobs_missed: u64,
+    /// Jobs unfinished at the horizon whose deadline is after it (neither met nor missed).
+    pub jobs_pending: u64,
     pub switches: u64,
     pub migrations: u64,
     pub messages: u64,
@@ -181,6 +183,10 @@ impl Metrics {
     /// deadline: paper 001 §5.1's randres).
     pub fn job_missed(&mut self, task: usize) {
         self.tasks[task].jobs_missed += 1;
+    }
+    /// A job unfinished at the horizon whose deadline is after it.
+    pub fn job_pending(&mut self, task: usize) {
+        self.tasks[task].jobs_pending += 1;
     }
     /// The task reached a loop marker (`set`: a `send set` phase, else a `timer` phase)
     /// at `now`: records the time since it last reached one of the same kind. The first

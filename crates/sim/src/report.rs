@@ -22,7 +22,11 @@ pub struct TaskReport {
     pub latency: Summary,
     pub response: Summary,
     pub jobs_met: u64,
+    /// Jobs finished after their deadline, and jobs unfinished at the horizon whose
+    /// deadline had passed (docs/jobs.md).
     pub jobs_missed: u64,
+    /// Jobs unfinished at the horizon whose deadline is after it: neither met nor missed.
+    pub jobs_pending: u64,
     pub lateness: Summary,
     /// Loop iteration periods (script `timer` phases, `send set` phases): see
     /// `metrics::TaskMetrics::iterations`.
@@ -54,6 +58,7 @@ impl TaskReport {
             "responses" => self.response.count as f64,
             "jobs_met" => self.jobs_met as f64,
             "jobs_missed" => self.jobs_missed as f64,
+            "jobs_pending" => self.jobs_pending as f64,
             "miss_ratio" => {
                 let n = self.jobs_met + self.jobs_missed;
                 if n == 0 {
@@ -276,7 +281,13 @@ impl Report {
         }
         o.push('\n');
         o.push_str(&self.task_table().to_text());
-        let _ = writeln!(o, "(latency = runnable → running; times in ms)\n");
+        let _ = writeln!(o, "(latency = runnable → running; times in ms)");
+        let pending: Vec<String> =
+            self.tasks.iter().filter(|t| t.jobs_pending > 0).map(|t| format!("{} {}", t.name, t.jobs_pending)).collect();
+        if !pending.is_empty() {
+            let _ = writeln!(o, "jobs pending at the horizon (deadline after it): {}", pending.join(", "));
+        }
+        o.push('\n');
         let _ = writeln!(o, "{:<6} {:>12} {:>12} {:>12} {:>8}", "cpu", "busy ms", "overhead ms", "idle ms", "util");
         for c in &self.cpus {
             let _ = writeln!(

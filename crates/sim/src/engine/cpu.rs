@@ -7,7 +7,7 @@
 //! Invariant: a CPU's `settled` time only grows, and `busy + overhead <= settled`.
 
 use vassal_core::driver;
-use vassal_core::{CpuId, Dispatched, Ns, Position, Preempt};
+use vassal_core::{CpuId, Dispatched, Ns, Position};
 
 use super::queue::{Ev, Timer};
 use super::{Sim, FOREVER};
@@ -85,11 +85,6 @@ impl Sim {
     }
 
     // ----- decisions -----
-
-    /// A decision on CPU `c` (through the driver: accounted first, then [`Sim::dispatched`]).
-    pub(super) fn schedule(&mut self, c: usize, why: Preempt) {
-        driver::decide(self, self.now, CpuId(c as u16), why);
-    }
 
     /// The dispatcher decided `d` on CPU `c`.
     pub(super) fn dispatched(&mut self, c: usize, d: Option<Dispatched>) {

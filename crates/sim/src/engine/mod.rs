@@ -104,6 +104,20 @@ pub struct Trace {
     pub vtimes: Vec<VtSample>,
     /// Scheduler events (Vassal's SetSchedulerEvent) as they fired: (time, scheduler).
     pub events: Vec<(Ns, String)>,
+    /// Every job with a deadline (periodic jobs, player frames, registered behaviours'
+    /// jobs) that finished, in the order they finished, then those unfinished at the
+    /// horizon (`end` None). Jobs abandoned by their behaviour are not listed.
+    pub jobs: Vec<JobRecord>,
+}
+
+/// One job: its task, release, absolute deadline and when it finished (None: unfinished
+/// at the horizon). Met means `end <= deadline` (docs/jobs.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct JobRecord {
+    pub task: usize,
+    pub release: Ns,
+    pub deadline: Ns,
+    pub end: Option<Ns>,
 }
 
 /// A task's virtual times (see [`vassal_core::VirtualTime`]) from time `at` on, in
@@ -225,7 +239,7 @@ impl Sim {
         Ok(sim)
     }
 
-    /// Checks the dispatcher's and the engine's invariants after every event (slow; for tests).
+    /// Checks the dispatcher's and the engine's invariants after every instant (slow; for tests).
     pub fn set_checks(&mut self, on: bool) {
         self.checks = on;
     }
@@ -281,12 +295,17 @@ impl Sim {
     /// Runs to the horizon; returns the report and the trace (empty unless
     /// [`Sim::record_trace`] was called).
     pub fn run_traced(mut self) -> Result<(Report, Trace), SimError> {
-        while let Some((at, due)) = self.drv.pop_due(Ns::MAX) {
+        while let Some(at) = self.drv.next_deadline() {
             self.now = at;
-            self.metrics.events += 1;
-            match due {
-                Due::Event { sched, token } => driver::fire(&mut self, at, sched, token),
-                Due::Timer(ev) => self.handle(ev),
+            // Every event of this instant first, then the decisions it needs (docs/jobs.md):
+            // a burst completing as another task's job is released is recorded now, and
+            // the task that completed is not preempted with no work left.
+            while let Some((_, due)) = self.drv.pop_due(at) {
+                self.metrics.events += 1;
+                match due {
+                    Due::Event { sched, token } => driver::fire(&mut self, at, sched, token),
+                    Due::Timer(ev) => self.handle(ev),
+                }
             }
             self.flush();
             if self.trace.is_some() {
@@ -301,6 +320,7 @@ impl Sim {
         for c in 0..self.cpus.len() {
             self.settle(c);
         }
+        self.unfinished_jobs();
         if self.checks {
             self.check().map_err(|what| SimError::Invariant { now: self.now, what })?;
         }

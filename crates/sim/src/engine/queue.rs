@@ -131,7 +131,7 @@ impl Sim {
                 if self.tasks[i].remaining == 0 {
                     self.after_burst(i, c);
                 } else if self.cpus[c].slice_end.is_some_and(|e| e <= self.now) {
-                    self.schedule(c, Preempt::SliceExpired);
+                    self.drv.request(CpuId(c as u16), Preempt::SliceExpired);
                 } else {
                     self.replan(c);
                 }

@@ -32,6 +32,7 @@ impl Sim {
                 response: m.response.summary(),
                 jobs_met: m.jobs_met,
                 jobs_missed: m.jobs_missed,
+                jobs_pending: m.jobs_pending,
                 lateness: m.lateness.summary(),
                 iterations: m.iterations.summary(),
                 switches: m.switches,

@@ -350,7 +350,7 @@ impl Sim {
             Work::Plain => {}
             Work::Job { release, deadline } => {
                 self.tasks[i].jobs.pop_front();
-                self.metrics.job(i, release, now, deadline);
+                self.job_done(i, release, now, deadline);
             }
             Work::Burst { start } | Work::Irq { arrival: start } => self.metrics.response(i, now - start),
             Work::Frame { ideal } => {
@@ -358,7 +358,7 @@ impl Sim {
                 // Shown at its ideal time, or now if decoding ran past it (§4: "on time"
                 // is within late_after of the ideal time based on the previous frame).
                 let shown = now.max(ideal);
-                self.metrics.job(i, ideal.saturating_sub(period), shown, ideal.saturating_add(late_after));
+                self.job_done(i, ideal.saturating_sub(period), shown, ideal.saturating_add(late_after));
                 let t = &mut self.tasks[i];
                 t.timer_target = Some(shown.saturating_add(period));
                 if now < ideal {
@@ -367,6 +367,46 @@ impl Sim {
             }
         }
         self.tasks[i].work = Work::Plain;
+    }
+
+    /// A job of task `i` released at `release`, due at `deadline`, finished at `end`.
+    fn job_done(&mut self, i: usize, release: Ns, end: Ns, deadline: Ns) {
+        self.metrics.job(i, release, end, deadline);
+        if let Some(t) = &mut self.trace {
+            t.jobs.push(super::JobRecord { task: i, release, deadline, end: Some(end) });
+        }
+    }
+
+    /// At the horizon: each job still unfinished is a miss if its deadline has passed
+    /// (it can no longer finish by it), else pending (docs/jobs.md).
+    pub(super) fn unfinished_jobs(&mut self) {
+        let until = self.sc.until;
+        for i in 0..self.tasks.len() {
+            let t = &self.tasks[i];
+            let mut open: Vec<(Ns, Ns)> = match (&self.sc.tasks[i].behaviour, t.work) {
+                // A periodic task's queue holds every released job not finished, the one
+                // in progress first.
+                (Behaviour::Periodic { .. }, _) => t.jobs.iter().copied().collect(),
+                (_, Work::Job { release, deadline }) => vec![(release, deadline)],
+                (&Behaviour::Player { period, late_after, .. }, Work::Frame { ideal }) => {
+                    vec![(ideal.saturating_sub(period), ideal.saturating_add(late_after))]
+                }
+                _ => Vec::new(),
+            };
+            if matches!(t.wait, Wait::NotStarted) {
+                open.clear();
+            }
+            for (release, deadline) in open {
+                if deadline <= until {
+                    self.metrics.job_missed(i);
+                } else {
+                    self.metrics.job_pending(i);
+                }
+                if let Some(tr) = &mut self.trace {
+                    tr.jobs.push(super::JobRecord { task: i, release, deadline, end: None });
+                }
+            }
+        }
     }
 
     /// A task that is not runnable continues its behaviour (start, timer, job, interrupt).
@@ -414,7 +454,7 @@ impl Sim {
             Step::Run => self.replan(c),
             Step::Yield => {
                 self.kernel.syscalls += 1;
-                self.schedule(c, Preempt::Yield)
+                self.drv.request(CpuId(c as u16), Preempt::Yield)
             }
             Step::Block { voluntary, wake_at, hand_off } => {
                 // A hand-off target finishes the giver's slice (Go!'s directed yield
@@ -437,10 +477,10 @@ impl Sim {
                         self.cpus[c].slice_end = inherited;
                         self.replan(c);
                     }
-                    None => self.schedule(c, Preempt::Resched),
+                    None => self.drv.request(CpuId(c as u16), Preempt::Resched),
                 }
             }
-            Step::Exit => self.exit(i), // frees the CPU and makes its next decision
+            Step::Exit => self.exit(i), // frees the CPU; its next decision is pending
         }
     }
 
@@ -455,7 +495,7 @@ impl Sim {
             let c = c.0 as usize;
             self.cpus[c].current = None;
             self.slice(c, None);
-            self.schedule(c, Preempt::Resched);
+            self.drv.request(CpuId(c as u16), Preempt::Resched);
         }
         self.metrics.blocked(i);
     }
