@@ -35,8 +35,8 @@
 
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
-    AttachInfo, Block, Ctx, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, SwapAdvice, TaskParams,
-    TaskState, TaskView, Wake,
+    AttachInfo, Block, Ctx, Decision, Detach, Effect, Job, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
+    TaskParams, TaskState, TaskView, Wake,
 };
 use crate::time::{fmt_duration, Ns};
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
@@ -735,6 +735,15 @@ impl Dispatcher {
         self.kick_cpu(now, task);
         self.apply_exclusive(now);
         true
+    }
+
+    /// `task` starts a new job: its owner is told ([`Policy::on_job`]). Call it before the
+    /// wake that starts the job, or while the task runs or waits if it goes straight on
+    /// to its next job.
+    pub fn job(&mut self, now: Ns, task: TaskId, job: Job) {
+        if self.tasks.state(task) != TaskState::Dead {
+            self.notify(task, now, |p, ctx| p.on_job(ctx, task, job));
+        }
     }
 
     /// A task stopped being runnable. Returns the CPU it was running on, which now needs a

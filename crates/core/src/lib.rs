@@ -23,7 +23,7 @@ pub use hierarchy::{Containment, DispatchStats, Dispatched, Dispatcher, Ejection
 pub use ids::{CpuId, CpuSet, SchedId, TaskId, MAX_CPUS};
 pub use param::ParamValue;
 pub use policy::{
-    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Policy, PolicyLog, Preempt, Refusal, Sender, SwapAdvice, TaskParams,
+    AttachInfo, Block, Ctx, CtxError, Decision, Detach, Effect, Job, Policy, PolicyLog, Preempt, Refusal, Sender, SwapAdvice, TaskParams,
     TaskState, TaskView, VirtualTime, Wake,
 };
 pub use request::{Reply, Request};

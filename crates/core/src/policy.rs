@@ -97,6 +97,17 @@ pub struct Wake {
     pub cpu: Option<CpuId>,
 }
 
+/// A job of a task (docs/jobs.md): the unit of work a real-time workload releases, with
+/// its release time and absolute deadline — SCHED_DEADLINE's job, paper 002's per-period
+/// reservation. Told by a mechanism whose workload knows its jobs (the simulator's
+/// periodic tasks, player frames, registered behaviours' jobs); never by the Linux agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub release: Ns,
+    /// Absolute deadline.
+    pub deadline: Ns,
+}
+
 /// How a task stopped being runnable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Block {
@@ -314,6 +325,12 @@ pub trait Policy: Send {
     }
     fn on_detach(&mut self, _ctx: &mut Ctx, _task: TaskId, _why: Detach) {}
     fn on_wake(&mut self, _ctx: &mut Ctx, _task: TaskId, _wake: Wake) {}
+    /// `task` starts a new job (its previous one, if any, has just ended). For a blocked
+    /// task this comes just before the wake that starts the job; for a runnable or
+    /// running one, the task went straight on from one job to the next (its next job was
+    /// already released: a late or backlogged task). Only mechanisms that know their
+    /// workload's jobs call it (docs/jobs.md).
+    fn on_job(&mut self, _ctx: &mut Ctx, _task: TaskId, _job: Job) {}
     fn on_block(&mut self, _ctx: &mut Ctx, _task: TaskId, _block: Block) {}
     fn on_dispatch(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId) {}
     fn on_preempt(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId, _why: Preempt) {}

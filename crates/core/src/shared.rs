@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ids::{CpuId, TaskId};
 use crate::policy::{
-    AttachInfo, Block, Ctx, Decision, Detach, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, VirtualTime, Wake,
+    AttachInfo, Block, Ctx, Decision, Detach, Job, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, VirtualTime, Wake,
 };
 use crate::time::Ns;
 
@@ -55,6 +55,9 @@ impl<P: Policy> Policy for Shared<P> {
     }
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, wake: Wake) {
         self.get().on_wake(ctx, task, wake)
+    }
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
+        self.get().on_job(ctx, task, job)
     }
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {
         self.get().on_block(ctx, task, block)

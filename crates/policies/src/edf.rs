@@ -1,26 +1,35 @@
 //! EDF: classic preemptive earliest-deadline-first scheduling of periodic tasks (Liu &
 //! Layland 1973), the deadline policy beside rate-monotonic (`fps` with `rm = true`) for
 //! the periodic task sets of the BVT paper's deadline comparison (paper 001 §5, issue 4).
+//! The job, tie and late-job rules are stated once for all of vassal in docs/jobs.md.
 //!
 //! Rules:
 //! - per-task parameters "period" (ns, > 0) and "deadline" (relative ns, > 0; default the
 //!   period). A task without a period is background work, below every periodic task,
 //!   served round robin with `quantum` (policy parameter, default 10 ms).
-//! - **Jobs**: a periodic task that wakes from a voluntary sleep starts a new job, due at
-//!   wake time + deadline (a periodic task sleeps between jobs; a task attached runnable
-//!   starts one at once). An involuntary block (a page fault) does not start a new job.
-//! - **Dispatch**: each CPU runs the runnable task with the earliest absolute deadline
-//!   that may run there (ties: the lower task id); global EDF on several CPUs.
-//! - **Preemption**: a task whose job starts preempts a CPU running one of ours with a
-//!   later deadline (the latest such), unless a CPU it may use is idle.
-//! - **Late jobs**: the policy is not told when a job finishes unless the task blocks, so
-//!   a task still runnable at its deadline is taken to have started its next job (its
-//!   deadline moves on by whole periods past now) when it stops running (slice end or
-//!   preemption; the running task's slice ends at its deadline so that this is applied on
-//!   time). A task waiting in the queue keeps its past deadline, as a late job does in
-//!   classic EDF, so `pick` stays O(log n) however many deadlines pass. For a periodic task with deadline = period
-//!   this is exactly the next job's deadline; EDF meets every deadline when the total
-//!   utilisation is at most 1 (Liu & Layland's theorem 7), so it only matters in overload.
+//! - **Jobs**: when the mechanism tells the policy a job's release and absolute deadline
+//!   ([`Policy::on_job`]: the simulator's periodic tasks), that is the task's current job.
+//!   Otherwise a periodic task that wakes from a voluntary sleep starts a new job, released
+//!   then and due at wake time + deadline (a task attached runnable starts one at once); an
+//!   involuntary block (a page fault) does not start a new job.
+//! - **Dispatch**: each CPU runs the runnable task whose current job has the earliest
+//!   absolute deadline, among those that may run there; among equal deadlines the
+//!   earlier-released job, then the lower task id. Global EDF on several CPUs.
+//! - **Preemption**: a job preempts the CPU running the latest-deadline job of ours (by the
+//!   same order) only if that deadline is *strictly* later than its own — an equal
+//!   deadline never preempts (SCHED_DEADLINE compares strictly) — unless a CPU it may use
+//!   is idle. After every dispatch the best waiting job is checked again, so several jobs
+//!   released at one instant preempt several CPUs.
+//! - **Late jobs**, policy parameter `late`:
+//!   - `"keep"` (default, textbook EDF): a job keeps its absolute deadline until it
+//!     completes, however late; the next job of the task starts when the mechanism says
+//!     so, or when the task next wakes.
+//!   - `"next-period"` (vassal's rule before issue 16; an anti-domino rule, not EDF): the
+//!     policy ignores the mechanism's jobs; a task still runnable at its deadline is taken
+//!     to have started its next job (its deadline moves on by whole periods past now) when
+//!     it stops running (slice end or preemption; the running task's slice ends at its
+//!     deadline so that this is applied on time). A task waiting in the queue keeps its
+//!     past deadline. In overload this reports far fewer misses than EDF would have.
 //! - `Request::Param { name: "period" | "deadline" }` changes a task's parameters from its
 //!   next job on.
 //!
@@ -30,32 +39,49 @@
 use std::collections::BTreeSet;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams, TaskState,
-    Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
+    TaskState, Wake, MS,
 };
 
 use crate::params::Params;
 use crate::task_table::{St, Tasks, Undo};
 
-/// A ready task's place: (class: 0 periodic, 1 background; absolute deadline or FIFO
-/// sequence; task).
-type Key = (u8, u64, u32);
+/// A task's place in the order: (class: 0 periodic, 1 background; absolute deadline or
+/// FIFO sequence; release (0 for background); task). Smaller goes first.
+type Key = (u8, u64, u64, u32);
+
+/// The part of a key a preemption compares: (class, deadline or sequence).
+fn primary(k: Key) -> (u8, u64) {
+    (k.0, k.1)
+}
+
+/// What happens to a job still unfinished at its deadline (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Late {
+    /// Textbook EDF: it keeps its deadline until it completes.
+    Keep,
+    /// vassal's rule before issue 16: it is taken to have started its next job.
+    NextPeriod,
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Task {
     queued: Option<Key>,
     /// (period, relative deadline), None for background work.
     timing: Option<(Ns, Ns)>,
-    /// The current job's absolute deadline.
+    /// The current job's release and absolute deadline.
+    release: Ns,
     deadline: Ns,
+    /// The mechanism has announced the job the task's next wake starts.
+    announced: bool,
     seq: u64,
 }
 
 impl Task {
     fn key(&self, id: TaskId) -> Key {
         match self.timing {
-            Some(_) => (0, self.deadline, id.0),
-            None => (1, self.seq, id.0),
+            Some(_) => (0, self.deadline, self.release, id.0),
+            None => (1, self.seq, 0, id.0),
         }
     }
 }
@@ -64,18 +90,25 @@ impl Task {
 #[derive(Debug)]
 pub struct Edf {
     quantum: Ns,
+    late: Late,
     table: Tasks<Task>,
     ready: BTreeSet<Key>,
+    /// Per CPU: a decision was asked for (a preemption check does not pick it again).
+    pending: Vec<bool>,
 }
 
-/// Builds an `edf` scheduler: parameter `quantum` (duration, default 10 ms) for the
-/// background round robin.
+/// Builds an `edf` scheduler: parameters `quantum` (duration, default 10 ms) for the
+/// background round robin, `late` ("keep", the default, or "next-period").
 pub fn build(p: &mut Params) -> Result<Edf, String> {
     let quantum = p.duration("quantum", 10 * MS)?;
     if quantum == 0 {
         return Err("edf parameter 'quantum': must be greater than zero".into());
     }
-    Ok(Edf::new(quantum))
+    let late = match p.choice("late", "keep", &["keep", "next-period"])?.as_str() {
+        "keep" => Late::Keep,
+        _ => Late::NextPeriod,
+    };
+    Ok(Edf::with_late(quantum, late))
 }
 
 fn positive(task: TaskId, name: &str, v: i64) -> Result<Ns, String> {
@@ -102,8 +135,17 @@ fn timing_of(task: TaskId, params: &TaskParams) -> Result<Option<(Ns, Ns)>, Stri
 }
 
 impl Edf {
+    /// Textbook EDF (late jobs keep their deadline).
     pub fn new(quantum: Ns) -> Self {
-        Edf { quantum: quantum.max(1), table: Tasks::default(), ready: BTreeSet::new() }
+        Edf::with_late(quantum, Late::Keep)
+    }
+
+    pub fn with_late(quantum: Ns, late: Late) -> Self {
+        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: BTreeSet::new(), pending: Vec::new() }
+    }
+
+    pub fn late(&self) -> Late {
+        self.late
     }
 
     /// The current absolute deadline of a periodic task.
@@ -111,8 +153,12 @@ impl Edf {
         self.table.get(task).filter(|t| t.timing.is_some()).map(|t| t.deadline)
     }
 
-    /// A runnable task past its deadline has started its next job (module docs).
+    /// Under `late = "next-period"`: a runnable task past its deadline has started its
+    /// next job (module docs).
     fn catch_up(&mut self, id: TaskId, now: Ns) {
+        if self.late != Late::NextPeriod {
+            return;
+        }
         let Some(t) = self.table.get_mut(id) else { return };
         if let Some((period, _)) = t.timing {
             if t.deadline <= now {
@@ -137,26 +183,28 @@ impl Edf {
         }
     }
 
-    /// A task became ready: take an idle CPU, or preempt ours running the latest deadline
-    /// later than its own.
+    /// A task is ready (woken, attached, preempted, or the best waiting after a
+    /// dispatch): take an idle CPU, or preempt the CPU running the latest of our jobs if
+    /// its deadline is strictly later than this one's. CPUs already asked for a decision
+    /// are left alone.
     fn check_preempt(&mut self, ctx: &mut Ctx, id: TaskId) {
         let Some(t) = self.table.get(id).copied() else { return };
         let key = t.key(id);
         let aff = ctx.affinity(id);
         let mut victim: Option<(Key, CpuId)> = None;
         for c in ctx.cpus() {
-            if !aff.contains(c) {
+            if !aff.contains(c) || self.pending.get(c.0 as usize).copied().unwrap_or(false) {
                 continue;
             }
             match ctx.running_on(c) {
                 None => {
-                    let _ = ctx.resched(c);
+                    self.ask(ctx, c);
                     return;
                 }
                 Some(r) if self.table.running_on(c) == Some(r) => {
                     if let Some(rt) = self.table.get(r) {
                         let rk = rt.key(r);
-                        if rk > key && victim.is_none_or(|(vk, _)| rk > vk) {
+                        if primary(rk) > primary(key) && victim.is_none_or(|(vk, _)| rk > vk) {
                             victim = Some((rk, c));
                         }
                     }
@@ -165,7 +213,22 @@ impl Edf {
             }
         }
         if let Some((_, c)) = victim {
-            let _ = ctx.resched(c);
+            self.ask(ctx, c);
+        }
+    }
+
+    /// Asks for a decision on `cpu`.
+    fn ask(&mut self, ctx: &mut Ctx, cpu: CpuId) {
+        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
+            *p = true;
+        }
+        let _ = ctx.resched(cpu);
+    }
+
+    /// The best waiting task, if any, may now preempt or take an idle CPU.
+    fn check_first(&mut self, ctx: &mut Ctx) {
+        if let Some(&(_, _, _, first)) = self.ready.first() {
+            self.check_preempt(ctx, TaskId(first));
         }
     }
 }
@@ -177,6 +240,7 @@ impl Policy for Edf {
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);
+        self.pending = vec![false; self.table.ncpus()];
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
@@ -189,7 +253,7 @@ impl Policy for Edf {
         let now = ctx.now();
         let deadline = timing.map_or(0, |(_, d)| now.saturating_add(d));
         let seq = self.table.tail_seq();
-        self.table.insert(task, St::Blocked, Task { queued: None, timing, deadline, seq })?;
+        self.table.insert(task, St::Blocked, Task { queued: None, timing, release: now, deadline, announced: false, seq })?;
         if let St::Running(c) = st {
             self.table.set_running(c, task);
         }
@@ -215,13 +279,44 @@ impl Policy for Edf {
         let Some(t) = self.table.get_mut(task) else { return };
         t.seq = seq;
         if let Some((_, d)) = t.timing {
-            if wake.voluntary {
-                t.deadline = now.saturating_add(d); // a new job
+            if wake.voluntary && !t.announced {
+                // a new job, released now
+                t.release = now;
+                t.deadline = now.saturating_add(d);
             }
         }
+        t.announced = false;
         self.catch_up(task, now);
         self.set_st(task, St::Ready);
         self.check_preempt(ctx, task);
+    }
+
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
+        if self.late == Late::NextPeriod {
+            return; // the old rule works from wakes and deadlines only
+        }
+        let Some(t) = self.table.get(task).copied() else { return };
+        if t.timing.is_none() {
+            return;
+        }
+        let Some(slot) = self.table.get_mut(task) else { return };
+        (slot.release, slot.deadline) = (job.release, job.deadline);
+        slot.announced = t.st == St::Blocked;
+        let new_key = slot.key(task);
+        match t.st {
+            // Re-keyed in the queue (set_st queues it under its new key).
+            St::Ready => {
+                self.set_st(task, St::Ready);
+                self.check_preempt(ctx, task);
+            }
+            // Its job completed: the next one is chosen afresh among the waiting ones by
+            // the whole order (a completion is a scheduling point).
+            St::Running(c) => match self.ready.first().copied() {
+                Some(first) if first < new_key && ctx.allowed(TaskId(first.3), c) => self.ask(ctx, c),
+                _ => self.check_first(ctx),
+            },
+            St::Blocked | St::Picked(_) => {}
+        }
     }
 
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
@@ -240,10 +335,10 @@ impl Policy for Edf {
         self.table.picked[ci] = None;
         self.table.forget_cpu_refs(task);
         self.table.running[ci] = Some(task);
+        self.pending[ci] = false;
         self.set_st(task, St::Running(cpu));
-        if let Some(&(_, _, next)) = self.ready.first() {
-            crate::rr::kick_idle(ctx, TaskId(next), cpu);
-        }
+        // The best waiting job may belong on another CPU (several released at once).
+        self.check_first(ctx);
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
@@ -251,6 +346,9 @@ impl Policy for Edf {
             return;
         }
         self.table.clear_running(cpu, task);
+        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
+            *p = false;
+        }
         if why != Preempt::Resched {
             let seq = self.table.tail_seq();
             if let Some(t) = self.table.get_mut(task) {
@@ -259,6 +357,10 @@ impl Policy for Edf {
         }
         self.catch_up(task, ctx.now());
         self.set_st(task, St::Ready);
+        if ctx.ncpus() > 1 {
+            // Preempted here, it may preempt a later job elsewhere.
+            self.check_preempt(ctx, task);
+        }
     }
 
     fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, task: TaskId, req: &Request) -> Reply {
@@ -292,23 +394,28 @@ impl Policy for Edf {
         }
         let now = ctx.now();
         loop {
-            let &(class, key, raw) = self.ready.iter().find(|&&(_, _, t)| ctx.allowed(TaskId(t), cpu))?;
+            let &(class, key, _, raw) = self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?;
             let id = TaskId(raw);
             match ctx.state(id) {
                 TaskState::Runnable => {
-                    let slice = match (class, self.table.get(id).and_then(|t| t.timing)) {
-                        (0, Some((period, _))) if key <= now => {
+                    let slice = match (class, self.table.get(id).and_then(|t| t.timing), self.late) {
+                        // Textbook: a job runs until it completes or is preempted.
+                        (0, _, Late::Keep) => None,
+                        (0, Some((period, _)), Late::NextPeriod) if key <= now => {
                             // A late job keeps its (past) deadline while it waits, as in
                             // classic EDF; it runs until the deadline its next job would
                             // have, where `on_preempt` moves it on (module docs).
-                            period - (now - key) % period
+                            Some(period - (now - key) % period)
                         }
-                        (0, _) => key - now,
-                        _ => self.quantum,
+                        (0, _, Late::NextPeriod) => Some(key - now),
+                        _ => Some(self.quantum),
                     };
                     self.table.picked[ci] = Some(id);
                     self.set_st(id, St::Picked(cpu));
-                    return Some(Decision::run(id, slice));
+                    return Some(match slice {
+                        Some(s) => Decision::run(id, s),
+                        None => Decision::run_until_block(id),
+                    });
                 }
                 TaskState::Running(c) => self.set_st(id, St::Running(c)),
                 TaskState::Blocked => self.set_st(id, St::Blocked),

@@ -8,9 +8,11 @@
 //!   (highest)" is the largest number here.)
 //! - policy parameter `rm` (default false): rate-monotonic assignment instead. The
 //!   priority comes from the task parameter "period" (ns, > 0): the shorter the period,
-//!   the higher the priority; equal periods are ordered by task id (the lower id first),
-//!   so every periodic task has a priority of its own. Tasks without a period share one
-//!   level below every periodic task.
+//!   the higher the priority. Equal periods are one priority (docs/jobs.md): an equal
+//!   period never preempts a running job, and among the waiting ones (without a
+//!   `quantum`) the earlier-released job goes first, then the lower task id. A job's
+//!   release is what the mechanism tells ([`Policy::on_job`]), else its wake time. Tasks
+//!   without a period share one level below every periodic task.
 //! - a CPU runs the highest-priority runnable task that may run there; within one level
 //!   tasks are served first in, first out;
 //! - policy parameter `quantum` (default none): with a quantum, tasks of equal priority
@@ -40,8 +42,8 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams, TaskState,
-    Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
+    TaskState, Wake,
 };
 
 use crate::task_table::{Slot, St, Tasks, Undo};
@@ -65,6 +67,10 @@ struct Node {
     next: u32,
     /// Time used of the current quantum.
     used: Ns,
+    /// Its current job's release (under `rm`, the order among equal periods).
+    release: Ns,
+    /// The mechanism announced the job the task's next wake starts.
+    announced: bool,
 }
 
 /// The rank of tasks without a period under rate-monotonic assignment.
@@ -146,8 +152,18 @@ impl FixedPriority {
         self.table.get_mut(TaskId(i)).expect("a queued task is attached")
     }
 
-    fn rank_for(&self, task: TaskId, prio: i64) -> Rank {
-        (Reverse(prio), if self.rm { task.0 } else { 0 })
+    fn rank_for(&self, _task: TaskId, prio: i64) -> Rank {
+        (Reverse(prio), 0)
+    }
+
+    /// Under `rm` without a quantum, a level is ordered by (release, task id).
+    fn by_release(&self) -> bool {
+        self.rm && self.quantum.is_none()
+    }
+
+    /// A task's order within its level under [`Self::by_release`].
+    fn order(&self, i: u32) -> (Ns, u32) {
+        (self.n(i).release, i)
     }
 
     /// The rank a task's parameters give it, or why they are refused.
@@ -170,7 +186,8 @@ impl FixedPriority {
         }
     }
 
-    /// Queues `i` at the head or the tail of its level.
+    /// Queues `i` at the head or the tail of its level (under [`Self::by_release`]: in
+    /// its place by (release, task id)).
     fn enqueue(&mut self, i: u32, at_head: bool) {
         let rank = self.n(i).rank;
         if level_mut(&mut self.levels, rank).is_none() {
@@ -178,6 +195,35 @@ impl FixedPriority {
         }
         let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
         let (head, tail) = (lvl.head, lvl.tail);
+        if self.by_release() && head != NIL {
+            // Walk back from the tail past the later ones (usually none).
+            let me = self.order(i);
+            let mut after = tail;
+            while after != NIL && self.order(after) > me {
+                after = self.n(after).prev;
+            }
+            if after != NIL {
+                let next = self.n(after).next;
+                self.n_mut(after).next = i;
+                if next == NIL {
+                    if let Some(lvl) = level_mut(&mut self.levels, rank) {
+                        lvl.tail = i;
+                    }
+                } else {
+                    self.n_mut(next).prev = i;
+                }
+                let n = self.n_mut(i);
+                (n.prev, n.next) = (after, next);
+                n.st = St::Ready;
+                return;
+            }
+            return self.enqueue_at(i, rank, head, tail, true);
+        }
+        self.enqueue_at(i, rank, head, tail, at_head)
+    }
+
+    fn enqueue_at(&mut self, i: u32, rank: Rank, head: u32, tail: u32, at_head: bool) {
+        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
         let links = if head == NIL {
             (lvl.head, lvl.tail) = (i, i);
             (NIL, NIL)
@@ -259,7 +305,8 @@ impl FixedPriority {
     fn preempt_check(&mut self, ctx: &mut Ctx, task: TaskId, except: Option<CpuId>, kick_idle: bool) {
         let Some(r) = self.node(task).map(|n| n.rank) else { return };
         let aff = ctx.affinity(task);
-        let mut victim: Option<(CpuId, Rank)> = None;
+        // The least important running task: by rank, then (release, task id).
+        let mut victim: Option<(CpuId, (Rank, Ns, u32))> = None;
         for c in ctx.cpus() {
             if Some(c) == except || !aff.contains(c) {
                 continue;
@@ -270,8 +317,8 @@ impl FixedPriority {
                     if self.pending[ci] {
                         continue;
                     }
-                    let rt = self.node(t).map_or(NO_PERIOD, |n| n.rank);
-                    if rt > r && !matches!(victim, Some((_, v)) if v >= rt) {
+                    let rt = self.node(t).map_or((NO_PERIOD, 0, t.0), |n| (n.rank, n.release, t.0));
+                    if rt.0 > r && !matches!(victim, Some((_, v)) if v >= rt) {
                         victim = Some((c, rt));
                     }
                 }
@@ -329,7 +376,8 @@ impl Policy for FixedPriority {
         let rank = self.rank_from_params(task, info.params)?;
         let st = St::of_attach(task, info)?;
         self.forget(task);
-        self.table.insert(task, St::Blocked, Node { rank, prev: NIL, next: NIL, used: 0 })?;
+        let release = ctx.now();
+        self.table.insert(task, St::Blocked, Node { rank, prev: NIL, next: NIL, used: 0, release, announced: false })?;
         match st {
             St::Ready => {
                 self.enqueue(task.0, false);
@@ -347,9 +395,44 @@ impl Policy for FixedPriority {
 
     fn on_wake(&mut self, ctx: &mut Ctx, task: TaskId, _wake: Wake) {
         if self.node(task).map(|n| n.st) == Some(St::Blocked) {
-            self.n_mut(task.0).used = 0;
+            let now = ctx.now();
+            let n = self.n_mut(task.0);
+            n.used = 0;
+            if !std::mem::take(&mut n.announced) {
+                n.release = now;
+            }
             self.enqueue(task.0, false);
             self.preempt_check(ctx, task, None, false);
+        }
+    }
+
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
+        let Some(n) = self.node(task).copied() else { return };
+        let m = self.n_mut(task.0);
+        m.release = job.release;
+        m.announced = n.st == St::Blocked;
+        if !self.by_release() {
+            return;
+        }
+        match n.st {
+            // Its place among equals moves (a backlogged task's next job).
+            St::Ready => {
+                self.unlink(task.0);
+                self.enqueue(task.0, false);
+            }
+            // Its job completed: an equal-priority job released earlier goes first.
+            St::Running(c) => {
+                if let Some(first) = self.first_ready() {
+                    let f = self.n(first.0);
+                    if (f.rank, f.release, first.0) < (n.rank, job.release, task.0) && ctx.allowed(first, c) {
+                        if let Some(p) = self.pending.get_mut(c.0 as usize) {
+                            *p = true;
+                        }
+                        let _ = ctx.resched(c);
+                    }
+                }
+            }
+            St::Blocked | St::Picked(_) => {}
         }
     }
 

@@ -53,7 +53,7 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("timed", "Vassal's sample real-time scheduler, paper 000 §5: SET(delay) runs a task at now + delay via a scheduler event (params: lead, resolution, min_delay, spin)"),
         ("rtserver", "soft real-time reservation server, paper 002 §2: reserve/free/modify/avail, admission by eqs. 1-3, a slotted dispatch table by non-preemptive RM, overrun protection (params: slot, frame, r, cpus, admission, overrun_pct, overrun_periods, overrun_window, overrun_cap)"),
         ("dbs", "deadline-based scheduling, paper 001 §5: (s, t, d) reservations admitted if feasible, run EDF on CPU 0, leftover time round robin (params: quantum)"),
-        ("edf", "preemptive earliest-deadline-first for periodic tasks (task params: period, deadline; params: quantum)"),
+        ("edf", "preemptive earliest-deadline-first for periodic tasks (task params: period, deadline; params: quantum, late = keep | next-period; docs/jobs.md)"),
     ]
 }
 

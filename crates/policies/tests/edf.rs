@@ -38,8 +38,21 @@ fn the_earliest_deadline_runs_and_a_waking_earlier_deadline_preempts() {
 }
 
 #[test]
-fn a_runnable_task_past_its_deadline_moves_on_to_its_next_job() {
+fn a_late_job_keeps_its_deadline_by_default() {
     let mut s = Sim::new(1, edf());
+    let a = s.add(&[("period", ms(10) as i64)], None, true); // due 10
+    let b = s.add(&[("period", ms(15) as i64)], None, true); // due 15
+                                                             // a never blocks and is never told of a new job: textbook EDF keeps its deadline (10),
+                                                             // earlier than b's, however late it runs.
+    s.run_until(ms(40));
+    assert_eq!(s.running_task(0), Some(a));
+    assert_eq!(s.timeline().len(), 1, "{:?}", s.timeline());
+    let _ = b;
+}
+
+#[test]
+fn with_late_next_period_a_runnable_task_past_its_deadline_moves_on_to_its_next_job() {
+    let mut s = Sim::new(1, build("edf", &[("quantum", dur("10ms")), ("late", ParamValue::Str("next-period".into()))]));
     let a = s.add(&[("period", ms(10) as i64)], None, true); // due 10, then 20, ...
     let b = s.add(&[("period", ms(15) as i64)], None, true); // due 15
     assert_eq!(s.running_task(0), Some(a));

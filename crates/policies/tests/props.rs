@@ -163,10 +163,11 @@ proptest! {
         }
         run(n, build("fps", &kv), &ops, false, |s, prios| {
             work_conserving(s);
-            // Importance: the priority, or under rm the shorter period, then the lower id.
+            // Importance: the priority, or under rm the shorter period (an equal period
+            // never preempts: docs/jobs.md).
             let imp = |t: TaskId| {
                 let (prio, period) = prios[t.0 as usize];
-                if rm { (-period, -(t.0 as i64)) } else { (prio, 0) }
+                if rm { -period } else { prio }
             };
             let best_waiting = waiting(s, prios.len()).into_iter().map(imp).max();
             for c in 0..s.drv.disp.ncpus() {

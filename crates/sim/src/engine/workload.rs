@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
-use vassal_core::{Block, CpuId, Ns, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
+use vassal_core::{Block, CpuId, Job, Ns, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
 use super::queue::{Ev, Timer};
 use super::{MarkKind, Sim, FOREVER};
@@ -142,7 +142,27 @@ impl Sim {
     // ----- task behaviour -----
 
     /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
+    /// A burst that is a job (a periodic job, a player's frame, a registered behaviour's
+    /// job) is announced to the task's scheduler ([`vassal_core::Policy::on_job`]) before
+    /// the task wakes or goes on (docs/jobs.md).
     pub(super) fn step(&mut self, i: usize) -> Step {
+        let step = self.next_step(i);
+        if step == Step::Run {
+            let job = match (self.tasks[i].work, &self.sc.tasks[i].behaviour) {
+                (Work::Job { release, deadline }, _) => Some(Job { release, deadline }),
+                (Work::Frame { ideal }, &Behaviour::Player { period, late_after, .. }) => {
+                    Some(Job { release: ideal.saturating_sub(period), deadline: ideal.saturating_add(late_after) })
+                }
+                _ => None,
+            };
+            if let Some(job) = job {
+                self.drv.disp.job(self.now, self.tasks[i].id, job);
+            }
+        }
+        step
+    }
+
+    fn next_step(&mut self, i: usize) -> Step {
         let now = self.now;
         self.tasks[i].waiting = false;
         if self.tasks[i].looping {
