@@ -43,6 +43,7 @@ use vassal_core::{
     TaskState, Wake, MS,
 };
 
+use crate::asked::{Ask, Asked};
 use crate::params::Params;
 use crate::task_table::{St, Tasks, Undo};
 
@@ -93,8 +94,8 @@ pub struct Edf {
     late: Late,
     table: Tasks<Task>,
     ready: BTreeSet<Key>,
-    /// Per CPU: a decision was asked for (a preemption check does not pick it again).
-    pending: Vec<bool>,
+    /// Per CPU: a decision asked for and not yet made.
+    asked: Asked<Key>,
 }
 
 /// Builds an `edf` scheduler: parameters `quantum` (duration, default 10 ms) for the
@@ -141,7 +142,7 @@ impl Edf {
     }
 
     pub fn with_late(quantum: Ns, late: Late) -> Self {
-        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: BTreeSet::new(), pending: Vec::new() }
+        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: BTreeSet::new(), asked: Asked::default() }
     }
 
     pub fn late(&self) -> Late {
@@ -184,21 +185,25 @@ impl Edf {
     }
 
     /// A task is ready (woken, attached, preempted, or the best waiting after a
-    /// dispatch): take an idle CPU, or preempt the CPU running the latest of our jobs if
-    /// its deadline is strictly later than this one's. CPUs already asked for a decision
-    /// are left alone.
-    fn check_preempt(&mut self, ctx: &mut Ctx, id: TaskId) {
+    /// dispatch): unless a CPU already asked to decide will take it (crate::asked), take
+    /// an idle CPU, or else preempt the CPU running the latest of our jobs if its
+    /// deadline is strictly later than this one's. `except` is left alone.
+    fn check_preempt(&mut self, ctx: &mut Ctx, id: TaskId, except: Option<CpuId>) {
         let Some(t) = self.table.get(id).copied() else { return };
         let key = t.key(id);
         let aff = ctx.affinity(id);
+        let ready = &self.ready;
+        if self.asked.served(key, aff, except, |n| ready.iter().take_while(|&&k| k < key).take(n).count()) {
+            return;
+        }
         let mut victim: Option<(Key, CpuId)> = None;
         for c in ctx.cpus() {
-            if !aff.contains(c) || self.pending.get(c.0 as usize).copied().unwrap_or(false) {
+            if !aff.contains(c) || Some(c) == except || self.asked.get(c) != Ask::No {
                 continue;
             }
             match ctx.running_on(c) {
                 None => {
-                    self.ask(ctx, c);
+                    self.asked.ask(ctx, c);
                     return;
                 }
                 Some(r) if self.table.running_on(c) == Some(r) => {
@@ -213,22 +218,14 @@ impl Edf {
             }
         }
         if let Some((_, c)) = victim {
-            self.ask(ctx, c);
+            self.asked.ask(ctx, c);
         }
-    }
-
-    /// Asks for a decision on `cpu`.
-    fn ask(&mut self, ctx: &mut Ctx, cpu: CpuId) {
-        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
-            *p = true;
-        }
-        let _ = ctx.resched(cpu);
     }
 
     /// The best waiting task, if any, may now preempt or take an idle CPU.
     fn check_first(&mut self, ctx: &mut Ctx) {
         if let Some(&(_, _, _, first)) = self.ready.first() {
-            self.check_preempt(ctx, TaskId(first));
+            self.check_preempt(ctx, TaskId(first), None);
         }
     }
 }
@@ -240,7 +237,7 @@ impl Policy for Edf {
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);
-        self.pending = vec![false; self.table.ncpus()];
+        self.asked.init(self.table.ncpus());
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
@@ -259,7 +256,7 @@ impl Policy for Edf {
         }
         self.set_st(task, st);
         if st == St::Ready {
-            self.check_preempt(ctx, task);
+            self.check_preempt(ctx, task, None);
         }
         Ok(())
     }
@@ -288,7 +285,7 @@ impl Policy for Edf {
         t.announced = false;
         self.catch_up(task, now);
         self.set_st(task, St::Ready);
-        self.check_preempt(ctx, task);
+        self.check_preempt(ctx, task, None);
     }
 
     fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
@@ -307,14 +304,13 @@ impl Policy for Edf {
             // Re-keyed in the queue (set_st queues it under its new key).
             St::Ready => {
                 self.set_st(task, St::Ready);
-                self.check_preempt(ctx, task);
+                self.check_preempt(ctx, task, None);
             }
-            // Its job completed: the next one is chosen afresh among the waiting ones by
-            // the whole order (a completion is a scheduling point).
-            St::Running(c) => match self.ready.first().copied() {
-                Some(first) if first < new_key && ctx.allowed(TaskId(first.3), c) => self.ask(ctx, c),
-                _ => self.check_first(ctx),
-            },
+            // Its job completed, a scheduling point: its CPU is free for the best waiting
+            // job, its next job competes like any other (crate::asked).
+            St::Running(c) => {
+                self.asked.ask_free(ctx, c, new_key);
+            }
             St::Blocked | St::Picked(_) => {}
         }
     }
@@ -335,7 +331,7 @@ impl Policy for Edf {
         self.table.picked[ci] = None;
         self.table.forget_cpu_refs(task);
         self.table.running[ci] = Some(task);
-        self.pending[ci] = false;
+        self.asked.done(cpu);
         self.set_st(task, St::Running(cpu));
         // The best waiting job may belong on another CPU (several released at once).
         self.check_first(ctx);
@@ -346,9 +342,10 @@ impl Policy for Edf {
             return;
         }
         self.table.clear_running(cpu, task);
-        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
-            *p = false;
-        }
+        // Its job completed here (crate::asked): it may be picked again at once, so it
+        // looks elsewhere only after this decision (the check after each dispatch).
+        let completed = matches!(self.asked.get(cpu), Ask::Free(_));
+        self.asked.done(cpu);
         if why != Preempt::Resched {
             let seq = self.table.tail_seq();
             if let Some(t) = self.table.get_mut(task) {
@@ -357,9 +354,9 @@ impl Policy for Edf {
         }
         self.catch_up(task, ctx.now());
         self.set_st(task, St::Ready);
-        if ctx.ncpus() > 1 {
+        if ctx.ncpus() > 1 && !completed {
             // Preempted here, it may preempt a later job elsewhere.
-            self.check_preempt(ctx, task);
+            self.check_preempt(ctx, task, Some(cpu));
         }
     }
 
@@ -392,6 +389,7 @@ impl Policy for Edf {
         if ci >= self.table.ncpus() {
             return None;
         }
+        self.asked.done(cpu);
         let now = ctx.now();
         loop {
             let &(class, key, _, raw) = self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?;

@@ -46,10 +46,13 @@ use vassal_core::{
     TaskState, Wake,
 };
 
+use crate::asked::{Ask, Asked};
 use crate::task_table::{Slot, St, Tasks, Undo};
 
 /// A task's rank: smaller is more important. (priority, tie-break).
 type Rank = (Reverse<i64>, u32);
+/// A job's place in the order under `rm` (without a quantum): (rank, release, task).
+type Order = (Rank, Ns, u32);
 const NIL: u32 = u32::MAX;
 
 /// The ends of one priority level's FIFO.
@@ -96,15 +99,15 @@ pub struct FixedPriority {
     /// The ready queue: one FIFO per rank, most important first. A level may be empty
     /// only while a task of that rank is picked or running (it is about to return).
     levels: BTreeMap<Rank, Level>,
-    /// A reschedule this policy asked for on the CPU has not happened yet.
-    pending: Vec<bool>,
+    /// Per CPU: a decision asked for and not yet made.
+    asked: Asked<Order>,
 }
 
 impl FixedPriority {
     /// `rm`: rate-monotonic priorities from "period"; `quantum`: round robin among equal
     /// priorities (None: run until block or preemption; Some(0) is taken as 1ns).
     pub fn new(rm: bool, quantum: Option<Ns>) -> Self {
-        FixedPriority { rm, quantum: quantum.map(|q| q.max(1)), table: Tasks::default(), levels: BTreeMap::new(), pending: Vec::new() }
+        FixedPriority { rm, quantum: quantum.map(|q| q.max(1)), table: Tasks::default(), levels: BTreeMap::new(), asked: Asked::default() }
     }
 
     pub fn rate_monotonic(&self) -> bool {
@@ -131,6 +134,22 @@ impl FixedPriority {
             }
         }
         out
+    }
+
+    /// How many tasks are queued ahead of `task` (counting at most `n`).
+    fn queued_before(&self, task: TaskId, n: usize) -> usize {
+        let mut count = 0;
+        for lvl in self.levels.values() {
+            let mut i = lvl.head;
+            while i != NIL {
+                if i == task.0 || count == n {
+                    return count;
+                }
+                count += 1;
+                i = self.n(i).next;
+            }
+        }
+        count
     }
 
     /// The most important queued task, if any (O(log L) plus the empty levels of running
@@ -274,7 +293,7 @@ impl FixedPriority {
         let old = self.n(i).st;
         match old {
             St::Ready => self.unlink(i),
-            St::Running(c) if self.table.clear_running(c, TaskId(i)) => self.pending[c.0 as usize] = false,
+            St::Running(c) if self.table.clear_running(c, TaskId(i)) => self.asked.done(c),
             _ => {}
         }
         self.n_mut(i).st = st;
@@ -282,7 +301,7 @@ impl FixedPriority {
             St::Running(c) => {
                 if (c.0 as usize) < self.table.ncpus() {
                     self.table.set_running(c, TaskId(i));
-                    self.pending[c.0 as usize] = false;
+                    self.asked.done(c);
                 }
             }
             St::Picked(_) | St::Ready => {}
@@ -305,18 +324,20 @@ impl FixedPriority {
     fn preempt_check(&mut self, ctx: &mut Ctx, task: TaskId, except: Option<CpuId>, kick_idle: bool) {
         let Some(r) = self.node(task).map(|n| n.rank) else { return };
         let aff = ctx.affinity(task);
+        if self.asked.served((r, self.n(task.0).release, task.0), aff, except, |n| self.queued_before(task, n)) {
+            return;
+        }
         // The least important running task: by rank, then (release, task id).
         let mut victim: Option<(CpuId, (Rank, Ns, u32))> = None;
         for c in ctx.cpus() {
             if Some(c) == except || !aff.contains(c) {
                 continue;
             }
-            let ci = c.0 as usize;
+            if self.asked.get(c) != Ask::No {
+                continue;
+            }
             match self.table.running_on(c) {
                 Some(t) => {
-                    if self.pending[ci] {
-                        continue;
-                    }
                     let rt = self.node(t).map_or((NO_PERIOD, 0, t.0), |n| (n.rank, n.release, t.0));
                     if rt.0 > r && !matches!(victim, Some((_, v)) if v >= rt) {
                         victim = Some((c, rt));
@@ -324,7 +345,7 @@ impl FixedPriority {
                 }
                 None if ctx.running_on(c).is_none() => {
                     if kick_idle {
-                        let _ = ctx.resched(c);
+                        self.asked.ask(ctx, c);
                     }
                     return;
                 }
@@ -333,8 +354,7 @@ impl FixedPriority {
             }
         }
         if let Some((c, _)) = victim {
-            self.pending[c.0 as usize] = true;
-            let _ = ctx.resched(c);
+            self.asked.ask(ctx, c);
         }
     }
 
@@ -368,7 +388,7 @@ impl Policy for FixedPriority {
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);
-        self.pending = vec![false; self.table.ncpus()];
+        self.asked.init(self.table.ncpus());
     }
 
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
@@ -420,18 +440,9 @@ impl Policy for FixedPriority {
                 self.unlink(task.0);
                 self.enqueue(task.0, false);
             }
-            // Its job completed: an equal-priority job released earlier goes first.
-            St::Running(c) => {
-                if let Some(first) = self.first_ready() {
-                    let f = self.n(first.0);
-                    if (f.rank, f.release, first.0) < (n.rank, job.release, task.0) && ctx.allowed(first, c) {
-                        if let Some(p) = self.pending.get_mut(c.0 as usize) {
-                            *p = true;
-                        }
-                        let _ = ctx.resched(c);
-                    }
-                }
-            }
+            // Its job completed, a scheduling point: its CPU is free for the most
+            // important waiting job; its next job competes like any other (crate::asked).
+            St::Running(c) => self.asked.ask_free(ctx, c, (n.rank, job.release, task.0)),
             St::Blocked | St::Picked(_) => {}
         }
     }
@@ -463,13 +474,14 @@ impl Policy for FixedPriority {
         if !keep {
             self.n_mut(task.0).used = 0;
         }
+        // Its job completed here (crate::asked): it may be picked again at once, so it
+        // looks elsewhere only after this decision (the check after each dispatch).
+        let completed = matches!(self.asked.get(cpu), Ask::Free(_));
         // Off its CPU (keeping its level, which it rejoins at once), then queued.
         self.set(task.0, St::Picked(cpu));
         self.enqueue(task.0, keep);
-        if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
-            *p = false;
-        }
-        if ctx.ncpus() > 1 {
+        self.asked.done(cpu);
+        if ctx.ncpus() > 1 && !completed {
             self.preempt_check(ctx, task, Some(cpu), true);
         }
     }
@@ -502,6 +514,7 @@ impl Policy for FixedPriority {
     }
 
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
+        self.asked.done(cpu);
         loop {
             // The first ready task allowed here; a task the dispatcher sees otherwise
             // (a missed notification) is repaired and the walk restarts.

@@ -10,6 +10,7 @@
 //! admitted by [`dbs::admission`]; [`edf`] is classic EDF for periodic tasks (rate-monotonic
 //! is [`fps`] with `rm = true`).
 
+mod asked;
 pub mod bvt;
 pub mod dbs;
 pub mod edf;

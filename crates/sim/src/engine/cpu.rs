@@ -61,6 +61,20 @@ impl Sim {
         }
     }
 
+    /// Handles, before any other event of this instant, each CPU's timer due now (burst
+    /// completions and slice ends: docs/jobs.md). Each is taken out of the queue as a
+    /// cancelled timer, so it counts once in `totals.events` (events handled + timers
+    /// dropped), as it would have popped.
+    pub(super) fn cpu_timers_due(&mut self) {
+        for c in 0..self.cpus.len() {
+            let key = Timer::Cpu(c as u16);
+            if self.drv.timer_at(key) == Some(self.now) {
+                self.drv.cancel_timer(key);
+                self.handle(Ev::CpuTimer(c as u16));
+            }
+        }
+    }
+
     /// Plans the next event on CPU `c`: the current burst's completion or its slice end.
     pub(super) fn replan(&mut self, c: usize) {
         let now = self.now;

@@ -299,7 +299,10 @@ impl Sim {
             self.now = at;
             // Every event of this instant first, then the decisions it needs (docs/jobs.md):
             // a burst completing as another task's job is released is recorded now, and
-            // the task that completed is not preempted with no work left.
+            // the task that completed is not preempted with no work left. Completions
+            // come first, so policies see a completed job's CPU as free when they
+            // hear of the releases.
+            self.cpu_timers_due();
             while let Some((_, due)) = self.drv.pop_due(at) {
                 self.metrics.events += 1;
                 match due {

@@ -1,0 +1,95 @@
+//! The decisions a global policy (`edf`, `fps`) has asked for and that have not happened
+//! yet, per CPU. The simulator handles every event of an instant before it makes the
+//! decisions they call for (docs/jobs.md), so several jobs may be released, and some may
+//! complete, before any CPU decides. Each CPU asked to decide will take the best waiting
+//! job that may run there, so a job checking whether it must preempt first counts them:
+//! - [`Ask::For`]: a CPU asked to decide (idle, or its job is to be preempted);
+//! - [`Ask::Free`]: a CPU whose running task went straight on to its next job (its job
+//!   completed, a scheduling point): that next job competes with the waiting ones, as
+//!   if it were waiting too (its key is kept).
+//!
+//! A waiting job that fewer better jobs compete with than there are CPUs asked is
+//! served by one of them and preempts nothing ([`Asked::served`]); one pushed out by a
+//! better job is checked again after the next dispatch.
+//!
+//! Invariant: a CPU's entry is `No` once the decision it asked for was made (the policy
+//! calls [`Asked::done`] when it picks, dispatches or is told of a preemption there).
+
+use vassal_core::{CpuId, CpuSet, Ctx};
+
+/// The state of one CPU (module docs); `K` is the policy's order of jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ask<K> {
+    #[default]
+    No,
+    For,
+    Free(K),
+}
+
+#[derive(Clone, Debug)]
+pub struct Asked<K>(Vec<Ask<K>>);
+
+impl<K> Default for Asked<K> {
+    fn default() -> Self {
+        Asked(Vec::new())
+    }
+}
+
+impl<K: Copy + Ord> Asked<K> {
+    pub fn init(&mut self, ncpus: usize) {
+        self.0 = (0..ncpus).map(|_| Ask::No).collect();
+    }
+
+    pub fn get(&self, cpu: CpuId) -> Ask<K> {
+        self.0.get(cpu.0 as usize).copied().unwrap_or(Ask::No)
+    }
+
+    /// Asks `cpu` to decide.
+    pub fn ask(&mut self, ctx: &mut Ctx, cpu: CpuId) {
+        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
+            if !matches!(x, Ask::Free(_)) {
+                *x = Ask::For;
+            }
+        }
+        let _ = ctx.resched(cpu);
+    }
+
+    /// Asks `cpu` to decide because its running task's job completed; `next` is the
+    /// task's next job.
+    pub fn ask_free(&mut self, ctx: &mut Ctx, cpu: CpuId, next: K) {
+        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
+            *x = Ask::Free(next);
+        }
+        let _ = ctx.resched(cpu);
+    }
+
+    /// The decision on `cpu` is being made.
+    pub fn done(&mut self, cpu: CpuId) {
+        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
+            *x = Ask::No;
+        }
+    }
+
+    /// Whether a job of order `key`, allowed on `aff` (but not `except`), will be taken by
+    /// one of the CPUs asked to decide: fewer jobs better than it compete for them —
+    /// `better_waiting(n)` counts the waiting jobs better than `key`, up to `n`.
+    pub fn served(&self, key: K, aff: CpuSet, except: Option<CpuId>, better_waiting: impl FnOnce(usize) -> usize) -> bool {
+        let mut slots = 0;
+        let mut better = 0;
+        for (c, a) in self.0.iter().enumerate() {
+            let cpu = CpuId(c as u16);
+            if !aff.contains(cpu) || Some(cpu) == except {
+                continue;
+            }
+            match *a {
+                Ask::No => {}
+                Ask::For => slots += 1,
+                Ask::Free(k) => {
+                    slots += 1;
+                    better += usize::from(k < key);
+                }
+            }
+        }
+        slots > 0 && better < slots && better + better_waiting(slots - better) < slots
+    }
+}
