@@ -1,0 +1,104 @@
+//! Exact job accounting (docs/jobs.md, issue 16 item 1): everything due at an instant is
+//! handled before the decision, under both clocks and for behaviours other than periodic
+//! tasks, and the horizon rule (missed if the deadline has passed, else pending).
+
+use vassal_sim::scenario::parse_scenario;
+use vassal_sim::{simulate, Report, Sim};
+
+fn run(text: &str) -> Report {
+    simulate(parse_scenario(text, "test.toml").unwrap()).unwrap()
+}
+
+fn counts(r: &Report, name: &str) -> (u64, u64, u64, u64) {
+    let t = r.task(name).unwrap();
+    (t.jobs_met, t.jobs_missed, t.jobs_pending, t.response.max_ns)
+}
+
+/// Issue 16's smallest RM case: B (20 ms, 10 ms) finishes exactly at 20 and 40 ms, as A
+/// (10 ms, 5 ms) releases a job; it meets them. The clock must not matter.
+fn rm_case(clock: &str) -> String {
+    format!(
+        r#"until = "60ms"
+[machine]
+cpus = 1
+clock = "{clock}"
+hz = 1000
+[default]
+policy = "fps"
+params = {{ rm = true }}
+[[task]]
+name = "A"
+params = {{ period = "10ms" }}
+behaviour = {{ kind = "periodic", period = "10ms", exec = "5ms" }}
+[[task]]
+name = "B"
+params = {{ period = "20ms" }}
+behaviour = {{ kind = "periodic", period = "20ms", exec = "10ms" }}
+"#
+    )
+}
+
+#[test]
+fn a_completion_at_a_release_is_recorded_then_under_both_clocks() {
+    for clock in ["oneshot", "tick"] {
+        let r = run(&rm_case(clock));
+        // The jobs released at the horizon (60 ms) are pending.
+        assert_eq!(counts(&r, "A"), (6, 0, 1, 5_000_000), "{clock}");
+        assert_eq!(counts(&r, "B"), (3, 0, 1, 20_000_000), "{clock}");
+        // B is not preempted with no work left and dispatched again for nothing: it
+        // switches in once per job and once after each of A's jobs inside its own.
+        assert_eq!(r.task("B").unwrap().switches, 6, "{clock}");
+    }
+}
+
+#[test]
+fn the_trace_lists_every_job_with_its_end() {
+    let mut sim = Sim::new(parse_scenario(&rm_case("oneshot"), "t.toml").unwrap()).unwrap();
+    sim.record_trace();
+    let (_, trace) = sim.run_traced().unwrap();
+    let b: Vec<(u64, u64, Option<u64>)> = trace.jobs.iter().filter(|j| j.task == 1).map(|j| (j.release, j.deadline, j.end)).collect();
+    let ms = 1_000_000;
+    assert_eq!(
+        b,
+        [(0, 20 * ms, Some(20 * ms)), (20 * ms, 40 * ms, Some(40 * ms)), (40 * ms, 60 * ms, Some(60 * ms)), (60 * ms, 80 * ms, None)]
+    );
+}
+
+#[test]
+fn an_interactive_burst_ending_as_a_higher_priority_job_is_released_responds_then() {
+    // L's 5 ms burst runs 5..10 ms and ends exactly when H releases its second job.
+    let r = run(r#"until = "50ms"
+[machine]
+cpus = 1
+clock = "oneshot"
+[default]
+policy = "fps"
+[[task]]
+name = "H"
+params = { priority = 2 }
+behaviour = { kind = "periodic", period = "10ms", exec = "5ms" }
+[[task]]
+name = "L"
+params = { priority = 1 }
+behaviour = { kind = "interactive", burst = "5ms", think = "1s" }
+"#);
+    let l = r.task("L").unwrap();
+    assert_eq!((l.response.count, l.response.max_ns), (1, 10_000_000));
+}
+
+#[test]
+fn jobs_unfinished_at_the_horizon_are_missed_if_due_else_pending() {
+    // One task needing 15 ms every 10 ms, 30 ms: job 0 ends at 15 (late), job 1 at 30
+    // (late), job 2 (due 30) is unfinished at 30: missed; job 3 (released 30) is pending.
+    let r = run(r#"until = "30ms"
+[machine]
+cpus = 1
+clock = "oneshot"
+[[task]]
+name = "t"
+behaviour = { kind = "periodic", period = "10ms", exec = "15ms" }
+"#);
+    let (met, missed, pending, _) = counts(&r, "t");
+    assert_eq!((met, missed, pending), (0, 3, 1));
+    assert!(r.to_table().contains("jobs pending at the horizon (deadline after it): t 1"), "{}", r.to_table());
+}
