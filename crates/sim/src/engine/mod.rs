@@ -7,7 +7,8 @@
 //! `workload.rs` (task behaviours), `report.rs` (the report) and `swapping.rs`.
 //!
 //! Invariants. Time is integer ns. Events at equal times run in the order they were
-//! queued (a sequence number breaks ties), every random draw comes from a ChaCha RNG
+//! queued (a sequence number breaks ties; each CPU's own timer first), all of them before
+//! the decisions they call for (docs/jobs.md), every random draw comes from a ChaCha RNG
 //! seeded from the scenario seed and the task/CPU/source index, and nothing iterates a
 //! hash map, so the same scenario and seed give a byte-identical report. Accounting is
 //! exact: each CPU's elapsed time is split into overhead (switch, migration,
