@@ -11,62 +11,48 @@
 //! ties; a replaced entry takes a new one); nothing iterates a hash map, so the order is
 //! deterministic.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::time::Ns;
 
 /// Entries of type `V` due at times, each optionally under a key `K`. See the module doc.
 ///
-/// A binary heap by (time, sequence number) holds the entries; a cancelled or replaced
-/// entry is only forgotten by the key index and is discarded when it reaches the top of
-/// the heap (the top is always live, so `next_deadline` needs no search). One B-tree
-/// operation and one heap operation per insert: this table is the simulator's event
-/// queue, its hottest structure (issue 16's profile).
+/// The entries live in slots; a binary heap of small (time, sequence number, slot) triples
+/// orders them. A cancelled or replaced entry only marks its slot, and its triple is
+/// discarded when it reaches the top of the heap (the top is always live, so
+/// `next_deadline` needs no search). A key keeps its slot after its entry falls due or is
+/// cancelled, so re-arming a key costs one B-tree search and no B-tree insertion or
+/// removal; keys left without an entry are swept out when they outnumber the entries.
+/// This table is the simulator's event queue, its hottest structure (issue 16's profile).
 #[derive(Clone, Debug)]
 pub struct Timers<K, V> {
     seq: u64,
-    heap: BinaryHeap<Reverse<Entry<K, V>>>,
-    /// The (time, sequence number) of each key's live entry.
-    keys: BTreeMap<K, (Ns, u64)>,
+    heap: BinaryHeap<Reverse<(Ns, u64, u32)>>,
+    slots: Vec<Slot<K, V>>,
+    /// Slots neither armed nor held by a key.
+    free: Vec<u32>,
+    /// The slot of each key (armed or not).
+    keys: BTreeMap<K, u32>,
     /// Entries armed and neither popped nor cancelled.
     live: usize,
     /// Entries removed before they fell due (cancelled or replaced).
     dropped: u64,
 }
 
-/// A queued entry, ordered by (time, sequence number) only.
+/// One entry's place: armed while `seq` is that of its entry in the heap (sequence
+/// numbers start at 1, so 0 never matches).
 #[derive(Clone, Debug)]
-struct Entry<K, V> {
-    at: Ns,
+struct Slot<K, V> {
     seq: u64,
+    at: Ns,
     key: Option<K>,
-    value: V,
-}
-
-impl<K, V> PartialEq for Entry<K, V> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl<K, V> Eq for Entry<K, V> {}
-
-impl<K, V> PartialOrd for Entry<K, V> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<K, V> Ord for Entry<K, V> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
+    value: Option<V>,
 }
 
 impl<K, V> Default for Timers<K, V> {
     fn default() -> Self {
-        Timers { seq: 0, heap: BinaryHeap::new(), keys: BTreeMap::new(), live: 0, dropped: 0 }
+        Timers { seq: 0, heap: BinaryHeap::new(), slots: Vec::new(), free: Vec::new(), keys: BTreeMap::new(), live: 0, dropped: 0 }
     }
 }
 
@@ -75,72 +61,130 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         Self::default()
     }
 
+    /// A slot for a new entry (reusing a free one).
+    fn alloc(&mut self, key: Option<K>) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize].key = key;
+                i
+            }
+            None => {
+                self.slots.push(Slot { seq: 0, at: 0, key, value: None });
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Fills slot `i` with an entry due at `at` and queues it.
+    fn arm(&mut self, i: u32, at: Ns, value: V) {
+        self.seq += 1;
+        let slot = &mut self.slots[i as usize];
+        slot.seq = self.seq;
+        slot.at = at;
+        slot.value = Some(value);
+        self.heap.push(Reverse((at, self.seq, i)));
+        self.live += 1;
+    }
+
     /// Arms `value` at `at` under `key`, replacing the key's previous entry (whose time
     /// is returned).
     pub fn insert(&mut self, at: Ns, key: K, value: V) -> Option<Ns> {
-        let old = self.forget(&key);
-        self.seq += 1;
-        self.keys.insert(key.clone(), (at, self.seq));
-        self.heap.push(Reverse(Entry { at, seq: self.seq, key: Some(key), value }));
-        self.live += 1;
+        let (i, old) = match self.keys.get(&key) {
+            Some(&i) => (i, self.disarm(i)),
+            None => {
+                self.sweep();
+                let i = self.alloc(Some(key.clone()));
+                self.keys.insert(key, i);
+                (i, None)
+            }
+        };
+        self.arm(i, at, value);
         self.trim();
         old
     }
 
     /// Queues a keyless one-shot entry at `at`.
     pub fn push(&mut self, at: Ns, value: V) {
-        self.seq += 1;
-        self.heap.push(Reverse(Entry { at, seq: self.seq, key: None, value }));
-        self.live += 1;
+        let i = self.alloc(None);
+        self.arm(i, at, value);
     }
 
     /// Removes the entry under `key`, if one is armed; returns its time.
     pub fn cancel(&mut self, key: &K) -> Option<Ns> {
-        let old = self.forget(key);
+        let i = *self.keys.get(key)?;
+        let old = self.disarm(i);
         self.trim();
         old
     }
 
-    /// Forgets the key's entry (it stays in the heap, dead, until it reaches the top).
-    fn forget(&mut self, key: &K) -> Option<Ns> {
-        let (at, _) = self.keys.remove(key)?;
+    /// Drops slot `i`'s entry, if armed (its triple stays in the heap, dead, until it
+    /// reaches the top); returns its time.
+    fn disarm(&mut self, i: u32) -> Option<Ns> {
+        let slot = &mut self.slots[i as usize];
+        if slot.seq == 0 {
+            return None;
+        }
+        slot.seq = 0;
+        slot.value = None;
         self.live -= 1;
         self.dropped += 1;
-        Some(at)
+        Some(slot.at)
     }
 
-    /// Whether a queued entry was cancelled or replaced.
-    fn dead(&self, e: &Entry<K, V>) -> bool {
-        e.key.as_ref().is_some_and(|k| self.keys.get(k) != Some(&(e.at, e.seq)))
+    /// Forgets the keys that hold no entry once they outnumber the entries (amortised:
+    /// each sweep frees at least as many keys as are armed).
+    fn sweep(&mut self) {
+        if self.keys.len() < 2 * self.live + 64 {
+            return;
+        }
+        let (slots, free) = (&self.slots, &mut self.free);
+        self.keys.retain(|_, &mut i| {
+            let armed = slots[i as usize].seq != 0;
+            if !armed {
+                free.push(i);
+            }
+            armed
+        });
     }
 
-    /// Discards dead entries from the top of the heap.
+    /// Discards dead triples from the top of the heap.
     fn trim(&mut self) {
-        while self.heap.peek().is_some_and(|Reverse(e)| self.dead(e)) {
+        while let Some(&Reverse((_, seq, i))) = self.heap.peek() {
+            if self.slots[i as usize].seq == seq {
+                break;
+            }
             self.heap.pop();
         }
     }
 
     /// When the entry under `key` is due, if one is armed.
     pub fn at(&self, key: &K) -> Option<Ns> {
-        self.keys.get(key).map(|&(at, _)| at)
+        let slot = &self.slots[*self.keys.get(key)? as usize];
+        (slot.seq != 0).then_some(slot.at)
     }
 
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        self.heap.peek().map(|Reverse(e)| e.at)
+        self.heap.peek().map(|&Reverse((at, _, _))| at)
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
     /// its instant): its time, key and value.
     pub fn pop(&mut self) -> Option<(Ns, Option<K>, V)> {
-        let Reverse(e) = self.heap.pop()?;
-        if let Some(k) = &e.key {
-            self.keys.remove(k);
-        }
+        let Reverse((at, _, i)) = self.heap.pop()?;
+        let slot = &mut self.slots[i as usize];
+        slot.seq = 0;
+        let value = slot.value.take().expect("the heap's top is armed");
+        let key = match &slot.key {
+            Some(k) => Some(k.clone()),
+            None => {
+                self.free.push(i);
+                None
+            }
+        };
         self.live -= 1;
         self.trim();
-        Some((e.at, e.key, e.value))
+        Some((at, key, value))
     }
 
     /// [`Timers::pop`], if the earliest entry is due by `now`.
@@ -230,19 +274,25 @@ mod tests {
 
     /// The heap keeps cancelled and replaced entries until they reach its top: whatever
     /// the sequence of operations, what comes out, `len` and `next_deadline` are those of
-    /// a plain ordered map of the live entries.
+    /// a plain ordered map of the live entries. With few keys (each keeps its slot) and
+    /// with many (keys without an entry are swept out and their slots reused).
     #[test]
     fn dead_entries_never_come_out_and_never_count() {
-        let mut t: Timers<u8, u64> = Timers::new();
+        check_against_a_map(8, 1, 5_000);
+        check_against_a_map(500, 4, 20_000);
+    }
+
+    fn check_against_a_map(nkeys: u64, pops: u64, steps: u64) {
+        let mut t: Timers<u16, u64> = Timers::new();
         let mut model: BTreeMap<(Ns, u64), u64> = BTreeMap::new();
-        let mut live: BTreeMap<u8, (Ns, u64)> = BTreeMap::new();
+        let mut live: BTreeMap<u16, (Ns, u64)> = BTreeMap::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        for step in 0..5_000u64 {
+        for step in 0..steps {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let (key, at) = ((x % 8) as u8, (x >> 8) % 50);
-            match x % 5 {
+            let (key, at) = ((x % nkeys) as u16, (x >> 8) % 50);
+            match x % (4 + pops) {
                 0 | 1 => {
                     if let Some(old) = live.remove(&key) {
                         model.remove(&old);
@@ -272,6 +322,7 @@ mod tests {
             }
             assert_eq!(t.len(), model.len(), "step {step}");
             assert_eq!(t.next_deadline(), model.first_key_value().map(|(&(at, _), _)| at), "step {step}");
+            assert_eq!(t.at(&key), live.get(&key).map(|&(at, _)| at), "step {step}");
         }
     }
 }
