@@ -11,54 +11,85 @@
 //! ties; a replaced entry takes a new one); nothing iterates a hash map, so the order is
 //! deterministic.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use crate::time::Ns;
 
 /// Entries of type `V` due at times, each optionally under a key `K`. See the module doc.
 ///
-/// The entries live in slots; a binary heap of small (time, sequence number, slot) triples
-/// orders them. A cancelled or replaced entry only marks its slot, and its triple is
-/// discarded when it reaches the top of the heap (the top is always live, so
-/// `next_deadline` needs no search). A key keeps its slot after its entry falls due or is
-/// cancelled, so re-arming a key costs one B-tree search and no B-tree insertion or
-/// removal; keys left without an entry are swept out when they outnumber the entries.
-/// This table is the simulator's event queue, its hottest structure (issue 16's profile).
+/// The entries live in slots; a binary min-heap of (time, sequence number, slot) triples
+/// orders them, and each slot knows where its triple is, so a cancelled entry leaves the
+/// heap at once and a re-armed one moves in place: the heap holds the armed entries and
+/// nothing else. A key keeps its slot after its entry falls due or is cancelled, so
+/// re-arming a key costs one index search and no index insertion or removal (keys left
+/// without an entry are swept out when they outnumber the entries); the last few keys
+/// looked up are remembered, which spares most searches (a mechanism re-arms the timer
+/// that just fell due). This table is the simulator's event queue, its hottest structure
+/// (issue 16's profile).
 #[derive(Clone, Debug)]
 pub struct Timers<K, V> {
     seq: u64,
-    heap: BinaryHeap<Reverse<(Ns, u64, u32)>>,
+    heap: Vec<(Ns, u64, u32)>,
     slots: Vec<Slot<K, V>>,
     /// Slots neither armed nor held by a key.
     free: Vec<u32>,
     /// The slot of each key (armed or not).
     keys: BTreeMap<K, u32>,
-    /// Entries armed and neither popped nor cancelled.
-    live: usize,
+    /// Keys recently looked up, with their slots (round robin from `next_recent`).
+    recent: [Option<(K, u32)>; RECENT],
+    next_recent: usize,
     /// Entries removed before they fell due (cancelled or replaced).
     dropped: u64,
 }
 
-/// One entry's place: armed while `seq` is that of its entry in the heap (sequence
-/// numbers start at 1, so 0 never matches).
+/// How many recently used keys [`Timers`] remembers.
+const RECENT: usize = 4;
+
+/// A slot not in the heap.
+const UNARMED: u32 = u32::MAX;
+
+/// One entry's place: `pos` is its triple's index in the heap while it is armed.
 #[derive(Clone, Debug)]
 struct Slot<K, V> {
-    seq: u64,
-    at: Ns,
+    pos: u32,
     key: Option<K>,
     value: Option<V>,
 }
 
 impl<K, V> Default for Timers<K, V> {
     fn default() -> Self {
-        Timers { seq: 0, heap: BinaryHeap::new(), slots: Vec::new(), free: Vec::new(), keys: BTreeMap::new(), live: 0, dropped: 0 }
+        Timers {
+            seq: 0,
+            heap: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            keys: BTreeMap::new(),
+            recent: [const { None }; RECENT],
+            next_recent: 0,
+            dropped: 0,
+        }
     }
 }
 
 impl<K: Ord + Clone, V> Timers<K, V> {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The slot of `key`, if it has one, without remembering it.
+    fn find(&self, key: &K) -> Option<u32> {
+        match self.recent.iter().flatten().find(|(k, _)| k == key) {
+            Some(&(_, i)) => Some(i),
+            None => self.keys.get(key).copied(),
+        }
+    }
+
+    /// Remembers that `key` has slot `i`.
+    fn remember(&mut self, key: &K, i: u32) {
+        if !self.recent.iter().flatten().any(|&(_, j)| j == i) {
+            self.recent[self.next_recent] = Some((key.clone(), i));
+            self.next_recent = (self.next_recent + 1) % RECENT;
+        }
     }
 
     /// A slot for a new entry (reusing a free one).
@@ -69,38 +100,97 @@ impl<K: Ord + Clone, V> Timers<K, V> {
                 i
             }
             None => {
-                self.slots.push(Slot { seq: 0, at: 0, key, value: None });
+                self.slots.push(Slot { pos: UNARMED, key, value: None });
                 (self.slots.len() - 1) as u32
             }
         }
     }
 
-    /// Fills slot `i` with an entry due at `at` and queues it.
-    fn arm(&mut self, i: u32, at: Ns, value: V) {
+    /// Puts heap element `e` at `pos` (and tells its slot).
+    fn place(&mut self, pos: usize, e: (Ns, u64, u32)) {
+        self.heap[pos] = e;
+        self.slots[e.2 as usize].pos = pos as u32;
+    }
+
+    /// Restores the heap order around `pos`, whose element may be out of place.
+    fn sift(&mut self, mut pos: usize) {
+        let e = self.heap[pos];
+        let key = (e.0, e.1);
+        while pos > 0 {
+            let parent = (pos - 1) / 2;
+            let p = self.heap[parent];
+            if (p.0, p.1) <= key {
+                break;
+            }
+            self.place(pos, p);
+            pos = parent;
+        }
+        loop {
+            let left = 2 * pos + 1;
+            if left >= self.heap.len() {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < self.heap.len() && (self.heap[right].0, self.heap[right].1) < (self.heap[left].0, self.heap[left].1) {
+                right
+            } else {
+                left
+            };
+            let c = self.heap[child];
+            if key <= (c.0, c.1) {
+                break;
+            }
+            self.place(pos, c);
+            pos = child;
+        }
+        self.place(pos, e);
+    }
+
+    /// Takes the triple at `pos` out of the heap; returns it.
+    fn remove_at(&mut self, pos: usize) -> (Ns, u64, u32) {
+        let e = self.heap.swap_remove(pos);
+        self.slots[e.2 as usize].pos = UNARMED;
+        if pos < self.heap.len() {
+            self.sift(pos);
+        }
+        e
+    }
+
+    /// Fills slot `i` with an entry due at `at` and queues it (replacing its entry, if
+    /// armed: the replaced entry's time is returned).
+    fn arm(&mut self, i: u32, at: Ns, value: V) -> Option<Ns> {
         self.seq += 1;
+        let e = (at, self.seq, i);
         let slot = &mut self.slots[i as usize];
-        slot.seq = self.seq;
-        slot.at = at;
         slot.value = Some(value);
-        self.heap.push(Reverse((at, self.seq, i)));
-        self.live += 1;
+        let pos = slot.pos;
+        if pos == UNARMED {
+            self.heap.push(e);
+            self.sift(self.heap.len() - 1);
+            None
+        } else {
+            let old = self.heap[pos as usize].0;
+            self.dropped += 1;
+            self.heap[pos as usize] = e;
+            self.sift(pos as usize);
+            Some(old)
+        }
     }
 
     /// Arms `value` at `at` under `key`, replacing the key's previous entry (whose time
     /// is returned).
     pub fn insert(&mut self, at: Ns, key: K, value: V) -> Option<Ns> {
-        let (i, old) = match self.keys.get(&key) {
-            Some(&i) => (i, self.disarm(i)),
+        let i = match self.find(&key) {
+            Some(i) => i,
             None => {
                 self.sweep();
                 let i = self.alloc(Some(key.clone()));
-                self.keys.insert(key, i);
-                (i, None)
+                self.keys.insert(key.clone(), i);
+                i
             }
         };
-        self.arm(i, at, value);
-        self.trim();
-        old
+        self.remember(&key, i);
+        self.arm(i, at, value)
     }
 
     /// Queues a keyless one-shot entry at `at`.
@@ -111,35 +201,28 @@ impl<K: Ord + Clone, V> Timers<K, V> {
 
     /// Removes the entry under `key`, if one is armed; returns its time.
     pub fn cancel(&mut self, key: &K) -> Option<Ns> {
-        let i = *self.keys.get(key)?;
-        let old = self.disarm(i);
-        self.trim();
-        old
-    }
-
-    /// Drops slot `i`'s entry, if armed (its triple stays in the heap, dead, until it
-    /// reaches the top); returns its time.
-    fn disarm(&mut self, i: u32) -> Option<Ns> {
-        let slot = &mut self.slots[i as usize];
-        if slot.seq == 0 {
+        let i = self.find(key)?;
+        self.remember(key, i);
+        let pos = self.slots[i as usize].pos;
+        if pos == UNARMED {
             return None;
         }
-        slot.seq = 0;
-        slot.value = None;
-        self.live -= 1;
+        let (at, _, _) = self.remove_at(pos as usize);
+        self.slots[i as usize].value = None;
         self.dropped += 1;
-        Some(slot.at)
+        Some(at)
     }
 
     /// Forgets the keys that hold no entry once they outnumber the entries (amortised:
     /// each sweep frees at least as many keys as are armed).
     fn sweep(&mut self) {
-        if self.keys.len() < 2 * self.live + 64 {
+        if self.keys.len() < 2 * self.heap.len() + 64 {
             return;
         }
+        self.recent = [const { None }; RECENT];
         let (slots, free) = (&self.slots, &mut self.free);
         self.keys.retain(|_, &mut i| {
-            let armed = slots[i as usize].seq != 0;
+            let armed = slots[i as usize].pos != UNARMED;
             if !armed {
                 free.push(i);
             }
@@ -147,43 +230,31 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         });
     }
 
-    /// Discards dead triples from the top of the heap.
-    fn trim(&mut self) {
-        while let Some(&Reverse((_, seq, i))) = self.heap.peek() {
-            if self.slots[i as usize].seq == seq {
-                break;
-            }
-            self.heap.pop();
-        }
-    }
-
     /// When the entry under `key` is due, if one is armed.
     pub fn at(&self, key: &K) -> Option<Ns> {
-        let slot = &self.slots[*self.keys.get(key)? as usize];
-        (slot.seq != 0).then_some(slot.at)
+        let pos = self.slots[self.find(key)? as usize].pos;
+        (pos != UNARMED).then(|| self.heap[pos as usize].0)
     }
 
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        self.heap.peek().map(|&Reverse((at, _, _))| at)
+        self.heap.first().map(|&(at, _, _)| at)
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
     /// its instant): its time, key and value.
     pub fn pop(&mut self) -> Option<(Ns, Option<K>, V)> {
-        let Reverse((at, _, i)) = self.heap.pop()?;
+        if self.heap.is_empty() {
+            return None;
+        }
+        let (at, _, i) = self.remove_at(0);
         let slot = &mut self.slots[i as usize];
-        slot.seq = 0;
-        let value = slot.value.take().expect("the heap's top is armed");
-        let key = match &slot.key {
-            Some(k) => Some(k.clone()),
-            None => {
-                self.free.push(i);
-                None
-            }
-        };
-        self.live -= 1;
-        self.trim();
+        let value = slot.value.take().expect("an armed slot holds its value");
+        let key = slot.key.clone();
+        match &key {
+            Some(k) => self.remember(k, i),
+            None => self.free.push(i),
+        }
         Some((at, key, value))
     }
 
@@ -197,11 +268,11 @@ impl<K: Ord + Clone, V> Timers<K, V> {
 
     /// Entries armed.
     pub fn len(&self) -> usize {
-        self.live
+        self.heap.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.heap.is_empty()
     }
 
     /// How many entries were removed before they fell due (cancelled or replaced).
