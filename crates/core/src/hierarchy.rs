@@ -334,7 +334,9 @@ impl Dispatcher {
             }
         }
         // Remember who asked, so a request never applies on behalf of another scheduler.
-        self.pending_exclusive.extend(self.exclusive.drain(..).map(|(t, e)| (id, t, e)));
+        if !self.exclusive.is_empty() {
+            self.pending_exclusive.extend(self.exclusive.drain(..).map(|(t, e)| (id, t, e)));
+        }
         self.drop_reschedules_over_higher(idx, before);
         r
     }

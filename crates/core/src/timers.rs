@@ -11,62 +11,63 @@
 //! ties; a replaced entry takes a new one); nothing iterates a hash map, so the order is
 //! deterministic.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use crate::time::Ns;
 
 /// Entries of type `V` due at times, each optionally under a key `K`. See the module doc.
 ///
-/// A binary heap by (time, sequence number) holds the entries; a cancelled or replaced
-/// entry is only forgotten by the key index and is discarded when it reaches the top of
-/// the heap (the top is always live, so `next_deadline` needs no search). One B-tree
-/// operation and one heap operation per insert: this table is the simulator's event
-/// queue, its hottest structure (issue 16's profile).
+/// The entries live in slots; a binary min-heap of (time, sequence number, slot) triples
+/// orders them, and each slot knows where its triple is, so a cancelled entry leaves the
+/// heap at once and a re-armed one moves in place: the heap holds the armed entries and
+/// nothing else. A key keeps its slot after its entry falls due or is cancelled, so
+/// re-arming a key costs one index search and no index insertion or removal (keys left
+/// without an entry are swept out when they outnumber the entries); the last few keys
+/// looked up are remembered, which spares most searches (a mechanism re-arms the timer
+/// that just fell due). This table is the simulator's event queue, its hottest structure
+/// (issue 16's profile).
 #[derive(Clone, Debug)]
 pub struct Timers<K, V> {
     seq: u64,
-    heap: BinaryHeap<Reverse<Entry<K, V>>>,
-    /// The (time, sequence number) of each key's live entry.
-    keys: BTreeMap<K, (Ns, u64)>,
-    /// Entries armed and neither popped nor cancelled.
-    live: usize,
+    heap: Vec<(Ns, u64, u32)>,
+    slots: Vec<Slot<K, V>>,
+    /// Slots neither armed nor held by a key.
+    free: Vec<u32>,
+    /// The slot of each key (armed or not).
+    keys: BTreeMap<K, u32>,
+    /// Keys recently looked up, with their slots (round robin from `next_recent`).
+    recent: [Option<(K, u32)>; RECENT],
+    next_recent: usize,
     /// Entries removed before they fell due (cancelled or replaced).
     dropped: u64,
 }
 
-/// A queued entry, ordered by (time, sequence number) only.
+/// How many recently used keys [`Timers`] remembers.
+const RECENT: usize = 4;
+
+/// A slot not in the heap.
+const UNARMED: u32 = u32::MAX;
+
+/// One entry's place: `pos` is its triple's index in the heap while it is armed.
 #[derive(Clone, Debug)]
-struct Entry<K, V> {
-    at: Ns,
-    seq: u64,
+struct Slot<K, V> {
+    pos: u32,
     key: Option<K>,
-    value: V,
-}
-
-impl<K, V> PartialEq for Entry<K, V> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl<K, V> Eq for Entry<K, V> {}
-
-impl<K, V> PartialOrd for Entry<K, V> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<K, V> Ord for Entry<K, V> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
+    value: Option<V>,
 }
 
 impl<K, V> Default for Timers<K, V> {
     fn default() -> Self {
-        Timers { seq: 0, heap: BinaryHeap::new(), keys: BTreeMap::new(), live: 0, dropped: 0 }
+        Timers {
+            seq: 0,
+            heap: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            keys: BTreeMap::new(),
+            recent: [const { None }; RECENT],
+            next_recent: 0,
+            dropped: 0,
+        }
     }
 }
 
@@ -75,72 +76,186 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         Self::default()
     }
 
+    /// The slot of `key`, if it has one, without remembering it.
+    fn find(&self, key: &K) -> Option<u32> {
+        match self.recent.iter().flatten().find(|(k, _)| k == key) {
+            Some(&(_, i)) => Some(i),
+            None => self.keys.get(key).copied(),
+        }
+    }
+
+    /// Remembers that `key` has slot `i`.
+    fn remember(&mut self, key: &K, i: u32) {
+        if !self.recent.iter().flatten().any(|&(_, j)| j == i) {
+            self.recent[self.next_recent] = Some((key.clone(), i));
+            self.next_recent = (self.next_recent + 1) % RECENT;
+        }
+    }
+
+    /// A slot for a new entry (reusing a free one).
+    fn alloc(&mut self, key: Option<K>) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize].key = key;
+                i
+            }
+            None => {
+                self.slots.push(Slot { pos: UNARMED, key, value: None });
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Puts heap element `e` at `pos` (and tells its slot).
+    fn place(&mut self, pos: usize, e: (Ns, u64, u32)) {
+        self.heap[pos] = e;
+        self.slots[e.2 as usize].pos = pos as u32;
+    }
+
+    /// Restores the heap order around `pos`, whose element may be out of place.
+    fn sift(&mut self, mut pos: usize) {
+        let e = self.heap[pos];
+        let key = (e.0, e.1);
+        while pos > 0 {
+            let parent = (pos - 1) / 2;
+            let p = self.heap[parent];
+            if (p.0, p.1) <= key {
+                break;
+            }
+            self.place(pos, p);
+            pos = parent;
+        }
+        loop {
+            let left = 2 * pos + 1;
+            if left >= self.heap.len() {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < self.heap.len() && (self.heap[right].0, self.heap[right].1) < (self.heap[left].0, self.heap[left].1) {
+                right
+            } else {
+                left
+            };
+            let c = self.heap[child];
+            if key <= (c.0, c.1) {
+                break;
+            }
+            self.place(pos, c);
+            pos = child;
+        }
+        self.place(pos, e);
+    }
+
+    /// Takes the triple at `pos` out of the heap; returns it.
+    fn remove_at(&mut self, pos: usize) -> (Ns, u64, u32) {
+        let e = self.heap.swap_remove(pos);
+        self.slots[e.2 as usize].pos = UNARMED;
+        if pos < self.heap.len() {
+            self.sift(pos);
+        }
+        e
+    }
+
+    /// Fills slot `i` with an entry due at `at` and queues it (replacing its entry, if
+    /// armed: the replaced entry's time is returned).
+    fn arm(&mut self, i: u32, at: Ns, value: V) -> Option<Ns> {
+        self.seq += 1;
+        let e = (at, self.seq, i);
+        let slot = &mut self.slots[i as usize];
+        slot.value = Some(value);
+        let pos = slot.pos;
+        if pos == UNARMED {
+            self.heap.push(e);
+            self.sift(self.heap.len() - 1);
+            None
+        } else {
+            let old = self.heap[pos as usize].0;
+            self.dropped += 1;
+            self.heap[pos as usize] = e;
+            self.sift(pos as usize);
+            Some(old)
+        }
+    }
+
     /// Arms `value` at `at` under `key`, replacing the key's previous entry (whose time
     /// is returned).
     pub fn insert(&mut self, at: Ns, key: K, value: V) -> Option<Ns> {
-        let old = self.forget(&key);
-        self.seq += 1;
-        self.keys.insert(key.clone(), (at, self.seq));
-        self.heap.push(Reverse(Entry { at, seq: self.seq, key: Some(key), value }));
-        self.live += 1;
-        self.trim();
-        old
+        let i = match self.find(&key) {
+            Some(i) => i,
+            None => {
+                self.sweep();
+                let i = self.alloc(Some(key.clone()));
+                self.keys.insert(key.clone(), i);
+                i
+            }
+        };
+        self.remember(&key, i);
+        self.arm(i, at, value)
     }
 
     /// Queues a keyless one-shot entry at `at`.
     pub fn push(&mut self, at: Ns, value: V) {
-        self.seq += 1;
-        self.heap.push(Reverse(Entry { at, seq: self.seq, key: None, value }));
-        self.live += 1;
+        let i = self.alloc(None);
+        self.arm(i, at, value);
     }
 
     /// Removes the entry under `key`, if one is armed; returns its time.
     pub fn cancel(&mut self, key: &K) -> Option<Ns> {
-        let old = self.forget(key);
-        self.trim();
-        old
-    }
-
-    /// Forgets the key's entry (it stays in the heap, dead, until it reaches the top).
-    fn forget(&mut self, key: &K) -> Option<Ns> {
-        let (at, _) = self.keys.remove(key)?;
-        self.live -= 1;
+        let i = self.find(key)?;
+        self.remember(key, i);
+        let pos = self.slots[i as usize].pos;
+        if pos == UNARMED {
+            return None;
+        }
+        let (at, _, _) = self.remove_at(pos as usize);
+        self.slots[i as usize].value = None;
         self.dropped += 1;
         Some(at)
     }
 
-    /// Whether a queued entry was cancelled or replaced.
-    fn dead(&self, e: &Entry<K, V>) -> bool {
-        e.key.as_ref().is_some_and(|k| self.keys.get(k) != Some(&(e.at, e.seq)))
-    }
-
-    /// Discards dead entries from the top of the heap.
-    fn trim(&mut self) {
-        while self.heap.peek().is_some_and(|Reverse(e)| self.dead(e)) {
-            self.heap.pop();
+    /// Forgets the keys that hold no entry once they outnumber the entries (amortised:
+    /// each sweep frees at least as many keys as are armed).
+    fn sweep(&mut self) {
+        if self.keys.len() < 2 * self.heap.len() + 64 {
+            return;
         }
+        self.recent = [const { None }; RECENT];
+        let (slots, free) = (&self.slots, &mut self.free);
+        self.keys.retain(|_, &mut i| {
+            let armed = slots[i as usize].pos != UNARMED;
+            if !armed {
+                free.push(i);
+            }
+            armed
+        });
     }
 
     /// When the entry under `key` is due, if one is armed.
     pub fn at(&self, key: &K) -> Option<Ns> {
-        self.keys.get(key).map(|&(at, _)| at)
+        let pos = self.slots[self.find(key)? as usize].pos;
+        (pos != UNARMED).then(|| self.heap[pos as usize].0)
     }
 
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        self.heap.peek().map(|Reverse(e)| e.at)
+        self.heap.first().map(|&(at, _, _)| at)
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
     /// its instant): its time, key and value.
     pub fn pop(&mut self) -> Option<(Ns, Option<K>, V)> {
-        let Reverse(e) = self.heap.pop()?;
-        if let Some(k) = &e.key {
-            self.keys.remove(k);
+        if self.heap.is_empty() {
+            return None;
         }
-        self.live -= 1;
-        self.trim();
-        Some((e.at, e.key, e.value))
+        let (at, _, i) = self.remove_at(0);
+        let slot = &mut self.slots[i as usize];
+        let value = slot.value.take().expect("an armed slot holds its value");
+        let key = slot.key.clone();
+        match &key {
+            Some(k) => self.remember(k, i),
+            None => self.free.push(i),
+        }
+        Some((at, key, value))
     }
 
     /// [`Timers::pop`], if the earliest entry is due by `now`.
@@ -153,11 +268,11 @@ impl<K: Ord + Clone, V> Timers<K, V> {
 
     /// Entries armed.
     pub fn len(&self) -> usize {
-        self.live
+        self.heap.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.heap.is_empty()
     }
 
     /// How many entries were removed before they fell due (cancelled or replaced).
@@ -230,19 +345,25 @@ mod tests {
 
     /// The heap keeps cancelled and replaced entries until they reach its top: whatever
     /// the sequence of operations, what comes out, `len` and `next_deadline` are those of
-    /// a plain ordered map of the live entries.
+    /// a plain ordered map of the live entries. With few keys (each keeps its slot) and
+    /// with many (keys without an entry are swept out and their slots reused).
     #[test]
     fn dead_entries_never_come_out_and_never_count() {
-        let mut t: Timers<u8, u64> = Timers::new();
+        check_against_a_map(8, 1, 5_000);
+        check_against_a_map(500, 4, 20_000);
+    }
+
+    fn check_against_a_map(nkeys: u64, pops: u64, steps: u64) {
+        let mut t: Timers<u16, u64> = Timers::new();
         let mut model: BTreeMap<(Ns, u64), u64> = BTreeMap::new();
-        let mut live: BTreeMap<u8, (Ns, u64)> = BTreeMap::new();
+        let mut live: BTreeMap<u16, (Ns, u64)> = BTreeMap::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        for step in 0..5_000u64 {
+        for step in 0..steps {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let (key, at) = ((x % 8) as u8, (x >> 8) % 50);
-            match x % 5 {
+            let (key, at) = ((x % nkeys) as u16, (x >> 8) % 50);
+            match x % (4 + pops) {
                 0 | 1 => {
                     if let Some(old) = live.remove(&key) {
                         model.remove(&old);
@@ -272,6 +393,7 @@ mod tests {
             }
             assert_eq!(t.len(), model.len(), "step {step}");
             assert_eq!(t.next_deadline(), model.first_key_value().map(|(&(at, _), _)| at), "step {step}");
+            assert_eq!(t.at(&key), live.get(&key).map(|&(at, _)| at), "step {step}");
         }
     }
 }

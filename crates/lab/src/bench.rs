@@ -1,5 +1,6 @@
 //! `vassal bench`: simulated events per second on a 1,000-task scenario, periodic jobs per
-//! second (20 tasks under RM on 1 CPU and under global EDF on 4, issue 16), and the cost of
+//! second (20 tasks under RM on 1 CPU and under global EDF on 4, issue 16), a run's fixed
+//! cost (parse + build + run of a tiny scenario, in this process), and the cost of
 //! one scheduling decision (account + preempt + pick + validate + dispatch through the
 //! Vassal dispatcher) with 10, 1,000 and 100,000 runnable tasks, for every built-in
 //! policy. Each figure is the median of several runs in this process, so a noisy machine
@@ -28,6 +29,53 @@ pub struct Bench {
     /// `fps` with `rm`, 1 CPU, utilisation 0.7) and "gedf_4cpu" (20 tasks, global `edf`,
     /// 4 CPUs, utilisation 0.9 per CPU); with the jobs each run simulated.
     pub jobs_per_sec: BTreeMap<&'static str, (f64, u64)>,
+    /// Wall-clock ms to parse, build and run [`TINY`] (the median of [`FIXED_REPS`]).
+    pub fixed_cost_ms: f64,
+}
+
+/// The fixed-cost scenario: three tasks on one CPU under RM, 1 ms simulated — what every
+/// run pays before its horizon matters (issue 16: under 5 ms with the process start).
+pub const TINY: &str = r#"
+name = "bench-tiny"
+until = "1ms"
+
+[machine]
+cpus = 1
+
+[default]
+name = "rm"
+policy = "fps"
+params = { rm = true }
+
+[[task]]
+name = "t1"
+params = { period = "10ms" }
+behaviour = { kind = "periodic", period = "10ms", exec = "2ms" }
+
+[[task]]
+name = "t2"
+params = { period = "20ms" }
+behaviour = { kind = "periodic", period = "20ms", exec = "5ms" }
+
+[[task]]
+name = "background"
+behaviour = { kind = "cpu" }
+"#;
+
+/// How many times [`fixed_cost`] runs [`TINY`].
+pub const FIXED_REPS: usize = 51;
+
+/// Wall-clock ms to parse, build and run [`TINY`] (the median of `reps` runs).
+pub fn fixed_cost(reps: usize) -> Result<f64> {
+    let mut ms = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        let sc = vassal_sim::scenario::parse_scenario(TINY, "bench-tiny.toml").map_err(anyhow::Error::msg)?;
+        let report = vassal_sim::Sim::new(sc)?.run()?;
+        ms.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(report.tasks.len() == 3, "the fixed-cost scenario has three tasks");
+    }
+    Ok(median(ms))
 }
 
 /// ns per decision of one policy at one size: built-in, and each module form that is built.
@@ -279,7 +327,8 @@ pub fn run(quick: bool) -> Result<Bench> {
         }
         module_cost.insert(kind.to_string(), m);
     }
-    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_cost, jobs_per_sec })
+    let fixed_cost_ms = fixed_cost(FIXED_REPS)?;
+    Ok(Bench { events, events_per_sec: median(rates), decision_ns, module_cost, jobs_per_sec, fixed_cost_ms })
 }
 
 impl Bench {
@@ -313,7 +362,13 @@ impl Bench {
             .collect();
         let jobs: serde_json::Map<String, serde_json::Value> =
             self.jobs_per_sec.iter().map(|(k, (rate, _))| (k.to_string(), serde_json::json!(rate.round()))).collect();
-        serde_json::json!({ "events_per_sec": self.events_per_sec.round(), "jobs_per_sec": jobs, "decision_ns": d, "module_ns": m })
+        serde_json::json!({
+            "events_per_sec": self.events_per_sec.round(),
+            "jobs_per_sec": jobs,
+            "fixed_cost_ms": (self.fixed_cost_ms * 1000.0).round() / 1000.0,
+            "decision_ns": d,
+            "module_ns": m,
+        })
     }
 
     pub fn table(&self) -> String {
@@ -328,6 +383,8 @@ impl Bench {
                 let _ = writeln!(o, "simulator: {:.2} M jobs/s {k} ({jobs} jobs; {what})", rate / 1e6);
             }
         }
+        let _ =
+            writeln!(o, "fixed cost: {:.3} ms per run (parse + build + run of a 3-task, 1 ms scenario, in-process)", self.fixed_cost_ms);
         let _ = writeln!(o, "\nns per decision (account + preempt + pick + dispatch)");
         let _ = writeln!(o, "{:<8} {:>10} {:>10} {:>10} {:>12}", "policy", "10", "1000", "100000", "100k / 10");
         for (k, m) in &self.decision_ns {
@@ -377,6 +434,11 @@ impl Bench {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fixed_cost_scenario_parses_and_runs() {
+        assert!(fixed_cost(1).unwrap() > 0.0);
+    }
 
     /// The job-rate scenario counts what it says: under RM at utilisation 0.7 (below Liu &
     /// Layland's bound for 20 tasks, 0.705) every job of every task meets its deadline, and

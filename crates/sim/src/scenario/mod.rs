@@ -93,7 +93,7 @@ pub fn load_scenario(path: &Path) -> Result<Scenario, ScenarioError> {
 /// Parses scenario text. `file` names it in errors, and its stem is the scenario's name
 /// when the text does not give one.
 pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-    let src = Source { text, file };
+    let src = Source::new(text, file);
     let raw: RawScenario = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     Builder { src }.scenario(raw)
 }
@@ -101,9 +101,16 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
 struct Source<'a> {
     text: &'a str,
     file: &'a str,
+    /// The byte offset of each '\n', computed on the first `line_of` (a 1,000-task file
+    /// asks for a line per task: counting from the start each time was quadratic).
+    newlines: std::cell::OnceCell<Vec<usize>>,
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
+    fn new(text: &'a str, file: &'a str) -> Self {
+        Source { text, file, newlines: std::cell::OnceCell::new() }
+    }
+
     /// 1-based line and column (in characters) of a byte offset.
     fn line_col(&self, pos: usize) -> (usize, usize) {
         let (mut line, mut col) = (1, 1);
@@ -127,7 +134,8 @@ impl Source<'_> {
     }
 
     fn line_of(&self, span: &Range<usize>) -> usize {
-        self.line_col(span.start).0
+        let newlines = self.newlines.get_or_init(|| self.text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i).collect());
+        1 + newlines.partition_point(|&i| i < span.start)
     }
 
     fn toml_error(&self, e: &toml::de::Error) -> ScenarioError {
@@ -191,10 +199,13 @@ mod tests {
 
     #[test]
     fn line_col_counts_characters() {
-        let src = Source { text: "ab\nµs = 1\n", file: "f" };
+        let src = Source::new("ab\nµs = 1\n", "f");
         assert_eq!(src.line_col(0), (1, 1));
         assert_eq!(src.line_col(3), (2, 1));
         assert_eq!(src.line_col(6), (2, 3)); // after 'µ' (2 bytes) and 's'
         assert_eq!(src.line_col(1000), (3, 1));
+        for pos in [0, 1, 2, 3, 4, 6, 9, 10, 11, 1000] {
+            assert_eq!(src.line_of(&(pos..pos + 1)), src.line_col(pos).0, "at {pos}");
+        }
     }
 }
