@@ -36,7 +36,7 @@ use crate::hierarchy::{Dispatched, Dispatcher};
 use crate::ids::{CpuId, SchedId, TaskId};
 use crate::policy::{Effect, Preempt};
 use crate::time::Ns;
-use crate::timers::Timers;
+use crate::timers::{TimerKey, Timers};
 
 /// Pending decisions one CPU may take at one instant before the driver stops honouring
 /// them (see the module documentation, rule 5).
@@ -47,6 +47,15 @@ pub const RESCHED_LIMIT: u32 = 10_000;
 enum Key<K> {
     Event(SchedId, u64),
     Own(K),
+}
+
+impl<K: TimerKey> TimerKey for Key<K> {
+    fn dense(&self) -> Option<usize> {
+        match self {
+            Key::Own(k) => k.dense(),
+            Key::Event(..) => None,
+        }
+    }
 }
 
 /// What fell due.
@@ -96,7 +105,7 @@ pub struct Driver<K = Infallible, V = Infallible> {
     effects: Vec<Effect>,
 }
 
-impl<K: Ord + Clone, V> Driver<K, V> {
+impl<K: TimerKey, V> Driver<K, V> {
     pub fn new(disp: Dispatcher) -> Self {
         let n = disp.ncpus() as usize;
         Driver { disp, timers: Timers::new(), pending: vec![None; n], guard: vec![(0, 0); n], effects: Vec::new() }
@@ -176,7 +185,7 @@ impl<K: Ord + Clone, V> Driver<K, V> {
 }
 
 /// Applies the effects the policies asked for (rule 1).
-fn apply_effects<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
+fn apply_effects<K: TimerKey, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
     let drv = h.driver();
     let mut fx = std::mem::take(&mut drv.effects);
     drv.disp.drain_effects(&mut fx);
@@ -198,7 +207,7 @@ fn apply_effects<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns)
 
 /// Applies every effect and makes every pending decision, until nothing is left to do at
 /// `now` (rules 1-5).
-pub fn settle<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
+pub fn settle<K: TimerKey, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
     loop {
         h.before_round(now);
         apply_effects(h, now);
@@ -216,7 +225,7 @@ pub fn settle<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
 
 /// One decision on `cpu` (rule 4): account, ask the dispatcher, tell the mechanism.
 /// Effects it causes wait for the next [`settle`].
-pub fn decide<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns, cpu: CpuId, why: Preempt) -> Option<Dispatched> {
+pub fn decide<K: TimerKey, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns, cpu: CpuId, why: Preempt) -> Option<Dispatched> {
     h.account(now, cpu);
     let disp = &mut h.driver().disp;
     let before = disp.running(cpu);
@@ -226,7 +235,7 @@ pub fn decide<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns, cp
 }
 
 /// Delivers scheduler event (sched, token) at `now` (rule 6); the caller settles after.
-pub fn fire<K: Ord + Clone, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns, sched: SchedId, token: u64) {
+pub fn fire<K: TimerKey, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns, sched: SchedId, token: u64) {
     h.before_event(now, sched);
     h.driver().disp.fire_event(now, sched, token);
 }

@@ -29,5 +29,5 @@ pub use policy::{
 pub use request::{Reply, Request};
 pub use shared::Shared;
 pub use time::{fmt_duration, parse_duration, DurationError, Ns, MS, NS, SEC, US};
-pub use timers::Timers;
+pub use timers::{TimerKey, Timers};
 pub use usage::{check_conflict, HierarchyConfig, Usage, CPU_PPM};

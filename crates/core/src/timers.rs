@@ -12,12 +12,37 @@
 //! deterministic.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 
 use crate::time::Ns;
 
+/// A key of [`Timers`]. A key may name a small dense index ([`TimerKey::dense`]): such
+/// keys are found through a vector instead of an ordered map, which matters for the keys
+/// a mechanism re-arms at every decision (a CPU's timer, a task's wake).
+pub trait TimerKey: Ord + Clone {
+    /// A small index, distinct for distinct keys, or None for a key kept in the ordered
+    /// map. The table's vector grows to the largest index used.
+    fn dense(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl TimerKey for Infallible {}
+impl TimerKey for &str {}
+impl TimerKey for u8 {
+    fn dense(&self) -> Option<usize> {
+        Some(*self as usize)
+    }
+}
+impl TimerKey for u16 {
+    fn dense(&self) -> Option<usize> {
+        Some(*self as usize)
+    }
+}
+
 /// Entries of type `V` due at times, each optionally under a key `K`. See the module doc.
 ///
-/// The entries live in slots; a binary min-heap of (time, sequence number, slot) triples
+/// The entries live in slots; a 4-ary min-heap of (time, sequence number, slot) triples
 /// orders them, and each slot knows where its triple is, so a cancelled entry leaves the
 /// heap at once and a re-armed one moves in place: the heap holds the armed entries and
 /// nothing else. A key keeps its slot after its entry falls due or is cancelled, so
@@ -29,11 +54,13 @@ use crate::time::Ns;
 #[derive(Clone, Debug)]
 pub struct Timers<K, V> {
     seq: u64,
-    heap: Vec<(Ns, u64, u32)>,
+    heap: Vec<Entry>,
     slots: Vec<Slot<K, V>>,
     /// Slots neither armed nor held by a key.
     free: Vec<u32>,
-    /// The slot of each key (armed or not).
+    /// The slot of each key with a dense index, by index (armed or not; [`NO_SLOT`]: none).
+    dense: Vec<u32>,
+    /// The slot of each other key (armed or not).
     keys: BTreeMap<K, u32>,
     /// Keys recently looked up, with their slots (round robin from `next_recent`).
     recent: [Option<(K, u32)>; RECENT],
@@ -45,8 +72,32 @@ pub struct Timers<K, V> {
 /// How many recently used keys [`Timers`] remembers.
 const RECENT: usize = 4;
 
+/// One armed entry in the heap: its order (time, then sequence number, packed so that one
+/// integer comparison orders two entries) and its slot.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    order: u128,
+    slot: u32,
+}
+
+impl Entry {
+    fn new(at: Ns, seq: u64, slot: u32) -> Entry {
+        Entry { order: (at as u128) << 64 | seq as u128, slot }
+    }
+
+    fn at(&self) -> Ns {
+        (self.order >> 64) as Ns
+    }
+}
+
+/// Children per node of the heap.
+const ARITY: usize = 4;
+
 /// A slot not in the heap.
 const UNARMED: u32 = u32::MAX;
+
+/// A dense index with no slot.
+const NO_SLOT: u32 = u32::MAX;
 
 /// One entry's place: `pos` is its triple's index in the heap while it is armed.
 #[derive(Clone, Debug)]
@@ -63,6 +114,7 @@ impl<K, V> Default for Timers<K, V> {
             heap: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            dense: Vec::new(),
             keys: BTreeMap::new(),
             recent: [const { None }; RECENT],
             next_recent: 0,
@@ -71,22 +123,25 @@ impl<K, V> Default for Timers<K, V> {
     }
 }
 
-impl<K: Ord + Clone, V> Timers<K, V> {
+impl<K: TimerKey, V> Timers<K, V> {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The slot of `key`, if it has one, without remembering it.
     fn find(&self, key: &K) -> Option<u32> {
+        if let Some(d) = key.dense() {
+            return self.dense.get(d).copied().filter(|&i| i != NO_SLOT);
+        }
         match self.recent.iter().flatten().find(|(k, _)| k == key) {
             Some(&(_, i)) => Some(i),
             None => self.keys.get(key).copied(),
         }
     }
 
-    /// Remembers that `key` has slot `i`.
+    /// Remembers that `key` has slot `i` (a sparse key: a dense one is found at once).
     fn remember(&mut self, key: &K, i: u32) {
-        if !self.recent.iter().flatten().any(|&(_, j)| j == i) {
+        if key.dense().is_none() && !self.recent.iter().flatten().any(|&(_, j)| j == i) {
             self.recent[self.next_recent] = Some((key.clone(), i));
             self.next_recent = (self.next_recent + 1) % RECENT;
         }
@@ -107,37 +162,39 @@ impl<K: Ord + Clone, V> Timers<K, V> {
     }
 
     /// Puts heap element `e` at `pos` (and tells its slot).
-    fn place(&mut self, pos: usize, e: (Ns, u64, u32)) {
+    fn place(&mut self, pos: usize, e: Entry) {
         self.heap[pos] = e;
-        self.slots[e.2 as usize].pos = pos as u32;
+        self.slots[e.slot as usize].pos = pos as u32;
     }
 
-    /// Restores the heap order around `pos`, whose element may be out of place.
+    /// Restores the heap order around `pos`, whose element may be out of place. The heap
+    /// is 4-ary (children of `p`: 4p+1 ..= 4p+4): half the levels of a binary heap, and
+    /// a level's children share a cache line.
     fn sift(&mut self, mut pos: usize) {
         let e = self.heap[pos];
-        let key = (e.0, e.1);
         while pos > 0 {
-            let parent = (pos - 1) / 2;
+            let parent = (pos - 1) / ARITY;
             let p = self.heap[parent];
-            if (p.0, p.1) <= key {
+            if p.order <= e.order {
                 break;
             }
             self.place(pos, p);
             pos = parent;
         }
+        let len = self.heap.len();
         loop {
-            let left = 2 * pos + 1;
-            if left >= self.heap.len() {
+            let first = ARITY * pos + 1;
+            if first >= len {
                 break;
             }
-            let right = left + 1;
-            let child = if right < self.heap.len() && (self.heap[right].0, self.heap[right].1) < (self.heap[left].0, self.heap[left].1) {
-                right
-            } else {
-                left
-            };
+            let mut child = first;
+            for c in first + 1..(first + ARITY).min(len) {
+                if self.heap[c].order < self.heap[child].order {
+                    child = c;
+                }
+            }
             let c = self.heap[child];
-            if key <= (c.0, c.1) {
+            if e.order <= c.order {
                 break;
             }
             self.place(pos, c);
@@ -146,10 +203,10 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         self.place(pos, e);
     }
 
-    /// Takes the triple at `pos` out of the heap; returns it.
-    fn remove_at(&mut self, pos: usize) -> (Ns, u64, u32) {
+    /// Takes the entry at `pos` out of the heap; returns it.
+    fn remove_at(&mut self, pos: usize) -> Entry {
         let e = self.heap.swap_remove(pos);
-        self.slots[e.2 as usize].pos = UNARMED;
+        self.slots[e.slot as usize].pos = UNARMED;
         if pos < self.heap.len() {
             self.sift(pos);
         }
@@ -160,7 +217,7 @@ impl<K: Ord + Clone, V> Timers<K, V> {
     /// armed: the replaced entry's time is returned).
     fn arm(&mut self, i: u32, at: Ns, value: V) -> Option<Ns> {
         self.seq += 1;
-        let e = (at, self.seq, i);
+        let e = Entry::new(at, self.seq, i);
         let slot = &mut self.slots[i as usize];
         slot.value = Some(value);
         let pos = slot.pos;
@@ -169,7 +226,7 @@ impl<K: Ord + Clone, V> Timers<K, V> {
             self.sift(self.heap.len() - 1);
             None
         } else {
-            let old = self.heap[pos as usize].0;
+            let old = self.heap[pos as usize].at();
             self.dropped += 1;
             self.heap[pos as usize] = e;
             self.sift(pos as usize);
@@ -182,12 +239,22 @@ impl<K: Ord + Clone, V> Timers<K, V> {
     pub fn insert(&mut self, at: Ns, key: K, value: V) -> Option<Ns> {
         let i = match self.find(&key) {
             Some(i) => i,
-            None => {
-                self.sweep();
-                let i = self.alloc(Some(key.clone()));
-                self.keys.insert(key.clone(), i);
-                i
-            }
+            None => match key.dense() {
+                Some(d) => {
+                    let i = self.alloc(Some(key.clone()));
+                    if d >= self.dense.len() {
+                        self.dense.resize(d + 1, NO_SLOT);
+                    }
+                    self.dense[d] = i;
+                    i
+                }
+                None => {
+                    self.sweep();
+                    let i = self.alloc(Some(key.clone()));
+                    self.keys.insert(key.clone(), i);
+                    i
+                }
+            },
         };
         self.remember(&key, i);
         self.arm(i, at, value)
@@ -207,14 +274,15 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         if pos == UNARMED {
             return None;
         }
-        let (at, _, _) = self.remove_at(pos as usize);
+        let at = self.remove_at(pos as usize).at();
         self.slots[i as usize].value = None;
         self.dropped += 1;
         Some(at)
     }
 
-    /// Forgets the keys that hold no entry once they outnumber the entries (amortised:
-    /// each sweep frees at least as many keys as are armed).
+    /// Forgets the sparse keys that hold no entry once they outnumber the entries
+    /// (amortised: each sweep frees at least as many keys as are armed). Dense keys keep
+    /// their slots: there are at most as many as the largest index.
     fn sweep(&mut self) {
         if self.keys.len() < 2 * self.heap.len() + 64 {
             return;
@@ -233,12 +301,12 @@ impl<K: Ord + Clone, V> Timers<K, V> {
     /// When the entry under `key` is due, if one is armed.
     pub fn at(&self, key: &K) -> Option<Ns> {
         let pos = self.slots[self.find(key)? as usize].pos;
-        (pos != UNARMED).then(|| self.heap[pos as usize].0)
+        (pos != UNARMED).then(|| self.heap[pos as usize].at())
     }
 
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        self.heap.first().map(|&(at, _, _)| at)
+        self.heap.first().map(Entry::at)
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
@@ -247,7 +315,8 @@ impl<K: Ord + Clone, V> Timers<K, V> {
         if self.heap.is_empty() {
             return None;
         }
-        let (at, _, i) = self.remove_at(0);
+        let e = self.remove_at(0);
+        let (at, i) = (e.at(), e.slot);
         let slot = &mut self.slots[i as usize];
         let value = slot.value.take().expect("an armed slot holds its value");
         let key = slot.key.clone();

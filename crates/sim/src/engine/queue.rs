@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use vassal_core::{CpuId, Ns, Preempt, Request};
+use vassal_core::{CpuId, Ns, Preempt, Request, TimerKey, MAX_CPUS};
 
 use super::workload::{sample, Wait};
 use super::Sim;
@@ -46,6 +46,19 @@ pub(super) enum Timer {
     Wake(usize),
     Swap,
     Behave(usize, u32),
+}
+
+/// The CPU and wake timers, re-armed at every decision, are found by index (a task's
+/// wake after every CPU's timer); a behaviour's own timers by their key.
+impl TimerKey for Timer {
+    fn dense(&self) -> Option<usize> {
+        match *self {
+            Timer::Swap => Some(0),
+            Timer::Cpu(c) => Some(1 + c as usize),
+            Timer::Wake(i) => Some(1 + MAX_CPUS as usize + i),
+            Timer::Behave(..) => None,
+        }
+    }
 }
 
 impl Sim {
