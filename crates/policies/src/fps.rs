@@ -31,15 +31,14 @@
 //! dispatch, may in turn preempt a less important task (or take an idle CPU) elsewhere.
 //!
 //! Cost: the ready queue is one FIFO per priority level (an intrusive doubly linked list
-//! over a vector indexed by task id) in a `BTreeMap` of levels, so wake, block, preempt
-//! and `pick` cost O(log L) for L distinct priorities (O(log n) at worst, e.g. under
-//! `rm`), and O(1) within a level; `pick` walks past tasks whose affinity excludes the
-//! CPU. The level of a picked task is kept while the task runs, so the usual
-//! pick/preempt cycle neither allocates nor rebalances. The preemption check is
-//! O(number of CPUs).
+//! over a vector indexed by task id) in a priority array (crate::levels, as Linux's
+//! rt.c: a level per rank some attached task has, and a bitmap of the non-empty ones),
+//! so wake, block, preempt and `pick` cost O(log L) for L distinct priorities (a binary
+//! search, no allocation) and O(1) within a level; `pick` walks past tasks whose affinity
+//! excludes the CPU. A rank's level is made when its first task attaches and goes with
+//! its last (O(L)). The preemption check is O(number of CPUs).
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
@@ -47,20 +46,13 @@ use vassal_core::{
 };
 
 use crate::asked::{Ask, Asked};
+use crate::levels::{Ends, Levels, NIL};
 use crate::task_table::{Slot, St, Tasks, Undo};
 
 /// A task's rank: smaller is more important. (priority, tie-break).
 type Rank = (Reverse<i64>, u32);
 /// A job's place in the order under `rm` (without a quantum): (rank, release, task).
 type Order = (Rank, Ns, u32);
-const NIL: u32 = u32::MAX;
-
-/// The ends of one priority level's FIFO.
-#[derive(Clone, Copy, Debug)]
-struct Level {
-    head: u32,
-    tail: u32,
-}
 
 /// A task's rank, and its place in its level's FIFO (while `Ready`).
 #[derive(Clone, Copy, Debug)]
@@ -79,16 +71,6 @@ struct Node {
 /// The rank of tasks without a period under rate-monotonic assignment.
 const NO_PERIOD: Rank = (Reverse(i64::MIN), u32::MAX);
 
-/// The level of `rank`, if it exists. The most important level, where the running task
-/// usually returns, is found without comparing keys along the way.
-fn level_mut(levels: &mut BTreeMap<Rank, Level>, rank: Rank) -> Option<&mut Level> {
-    if levels.first_key_value().is_some_and(|(k, _)| *k == rank) {
-        levels.first_entry().map(|e| e.into_mut())
-    } else {
-        levels.get_mut(&rank)
-    }
-}
-
 /// Fixed-priority preemptive scheduling. See the module documentation.
 #[derive(Debug)]
 pub struct FixedPriority {
@@ -96,9 +78,8 @@ pub struct FixedPriority {
     quantum: Option<Ns>,
     /// The tasks, and per CPU this scheduler's task running there.
     table: Tasks<Node>,
-    /// The ready queue: one FIFO per rank, most important first. A level may be empty
-    /// only while a task of that rank is picked or running (it is about to return).
-    levels: BTreeMap<Rank, Level>,
+    /// The ready queue: one FIFO per rank of an attached task, most important first.
+    levels: Levels<Rank>,
     /// Per CPU: a decision asked for and not yet made.
     asked: Asked<Order>,
 }
@@ -107,7 +88,13 @@ impl FixedPriority {
     /// `rm`: rate-monotonic priorities from "period"; `quantum`: round robin among equal
     /// priorities (None: run until block or preemption; Some(0) is taken as 1ns).
     pub fn new(rm: bool, quantum: Option<Ns>) -> Self {
-        FixedPriority { rm, quantum: quantum.map(|q| q.max(1)), table: Tasks::default(), levels: BTreeMap::new(), asked: Asked::default() }
+        FixedPriority {
+            rm,
+            quantum: quantum.map(|q| q.max(1)),
+            table: Tasks::default(),
+            levels: Levels::default(),
+            asked: Asked::default(),
+        }
     }
 
     pub fn rate_monotonic(&self) -> bool {
@@ -126,7 +113,7 @@ impl FixedPriority {
     /// The ready queue, most important first (O(n); for tests and reports).
     pub fn queue(&self) -> Vec<TaskId> {
         let mut out = Vec::new();
-        for lvl in self.levels.values() {
+        for lvl in self.levels.queued() {
             let mut i = lvl.head;
             while i != NIL {
                 out.push(TaskId(i));
@@ -139,7 +126,7 @@ impl FixedPriority {
     /// How many tasks are queued ahead of `task` (counting at most `n`).
     fn queued_before(&self, task: TaskId, n: usize) -> usize {
         let mut count = 0;
-        for lvl in self.levels.values() {
+        for lvl in self.levels.queued() {
             let mut i = lvl.head;
             while i != NIL {
                 if i == task.0 || count == n {
@@ -152,10 +139,9 @@ impl FixedPriority {
         count
     }
 
-    /// The most important queued task, if any (O(log L) plus the empty levels of running
-    /// tasks, at most one per CPU).
+    /// The most important queued task, if any.
     fn first_ready(&self) -> Option<TaskId> {
-        self.levels.values().find(|l| l.head != NIL).map(|l| TaskId(l.head))
+        self.levels.first().map(|l| TaskId(l.head))
     }
 
     fn node(&self, task: TaskId) -> Option<&Slot<Node>> {
@@ -208,12 +194,8 @@ impl FixedPriority {
     /// Queues `i` at the head or the tail of its level (under [`Self::by_release`]: in
     /// its place by (release, task id)).
     fn enqueue(&mut self, i: u32, at_head: bool) {
-        let rank = self.n(i).rank;
-        if level_mut(&mut self.levels, rank).is_none() {
-            self.levels.insert(rank, Level { head: NIL, tail: NIL });
-        }
-        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
-        let (head, tail) = (lvl.head, lvl.tail);
+        let Some(k) = self.levels.index(self.n(i).rank) else { return };
+        let Ends { head, tail } = self.levels.ends(k);
         if self.by_release() && head != NIL {
             // Walk back from the tail past the later ones (usually none).
             let me = self.order(i);
@@ -225,9 +207,7 @@ impl FixedPriority {
                 let next = self.n(after).next;
                 self.n_mut(after).next = i;
                 if next == NIL {
-                    if let Some(lvl) = level_mut(&mut self.levels, rank) {
-                        lvl.tail = i;
-                    }
+                    self.levels.set_ends(k, Ends { head, tail: i });
                 } else {
                     self.n_mut(next).prev = i;
                 }
@@ -236,40 +216,39 @@ impl FixedPriority {
                 n.st = St::Ready;
                 return;
             }
-            return self.enqueue_at(i, rank, head, tail, true);
+            return self.enqueue_at(i, k, head, tail, true);
         }
-        self.enqueue_at(i, rank, head, tail, at_head)
+        self.enqueue_at(i, k, head, tail, at_head)
     }
 
-    fn enqueue_at(&mut self, i: u32, rank: Rank, head: u32, tail: u32, at_head: bool) {
-        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
-        let links = if head == NIL {
-            (lvl.head, lvl.tail) = (i, i);
-            (NIL, NIL)
+    fn enqueue_at(&mut self, i: u32, k: usize, head: u32, tail: u32, at_head: bool) {
+        let (ends, links) = if head == NIL {
+            (Ends { head: i, tail: i }, (NIL, NIL))
         } else if at_head {
-            lvl.head = i;
             self.n_mut(head).prev = i;
-            (NIL, head)
+            (Ends { head: i, tail }, (NIL, head))
         } else {
-            lvl.tail = i;
             self.n_mut(tail).next = i;
-            (tail, NIL)
+            (Ends { head, tail: i }, (tail, NIL))
         };
+        self.levels.set_ends(k, ends);
         let n = self.n_mut(i);
         (n.prev, n.next) = links;
         n.st = St::Ready;
     }
 
-    /// Takes queued `i` out of its level's FIFO (the level stays, possibly empty).
+    /// Takes queued `i` out of its level's FIFO.
     fn unlink(&mut self, i: u32) {
         let Node { prev, next, rank, .. } = **self.n(i);
-        let Some(lvl) = level_mut(&mut self.levels, rank) else { return };
+        let Some(k) = self.levels.index(rank) else { return };
+        let mut ends = self.levels.ends(k);
         if prev == NIL {
-            lvl.head = next;
+            ends.head = next;
         }
         if next == NIL {
-            lvl.tail = prev;
+            ends.tail = prev;
         }
+        self.levels.set_ends(k, ends);
         if prev != NIL {
             self.n_mut(prev).next = next;
         }
@@ -280,15 +259,7 @@ impl FixedPriority {
         (n.prev, n.next) = (NIL, NIL);
     }
 
-    /// Removes the level of `rank` if no task is queued in it.
-    fn drop_level_if_empty(&mut self, rank: Rank) {
-        if self.levels.get(&rank).is_some_and(|l| l.head == NIL) {
-            self.levels.remove(&rank);
-        }
-    }
-
-    /// Sets the state of `i`: out of the ready queue and off its CPU first. The level is
-    /// kept for a task that is picked or running (it will be requeued there).
+    /// Sets the state of `i`: out of the ready queue and off its CPU first.
     fn set(&mut self, i: u32, st: St) {
         let old = self.n(i).st;
         match old {
@@ -304,15 +275,16 @@ impl FixedPriority {
                     self.asked.done(c);
                 }
             }
-            St::Picked(_) | St::Ready => {}
-            St::Blocked => self.drop_level_if_empty(self.n(i).rank),
+            St::Picked(_) | St::Ready | St::Blocked => {}
         }
     }
 
     /// Takes `task` off its queue and CPU, and forgets it.
     fn forget(&mut self, task: TaskId) {
-        if self.node(task).is_some() {
+        if let Some(n) = self.node(task) {
+            let rank = n.rank;
             self.set(task.0, St::Blocked);
+            self.levels.remove_user(rank);
             self.table.remove(task);
         }
     }
@@ -358,20 +330,25 @@ impl FixedPriority {
         }
     }
 
+    /// Gives unqueued `i` a new rank (and moves it to that rank's level).
+    fn rerank(&mut self, i: u32, rank: Rank) {
+        let old = std::mem::replace(&mut self.n_mut(i).rank, rank);
+        self.levels.add_user(rank);
+        self.levels.remove_user(old);
+    }
+
     /// After the rank of `task` changed: requeue it and check preemption both ways.
     fn reprioritize(&mut self, ctx: &mut Ctx, task: TaskId, rank: Rank) {
         let i = task.0;
         match self.n(i).st {
             St::Ready => {
                 self.set(i, St::Blocked);
-                self.n_mut(i).rank = rank;
+                self.rerank(i, rank);
                 self.enqueue(i, false);
                 self.preempt_check(ctx, task, None, false);
             }
             _ => {
-                let old = self.n(i).rank;
-                self.n_mut(i).rank = rank;
-                self.drop_level_if_empty(old);
+                self.rerank(i, rank);
                 // A running task may have become less important than a waiting one.
                 if let Some(first) = self.first_ready() {
                     self.preempt_check(ctx, first, None, false);
@@ -398,6 +375,7 @@ impl Policy for FixedPriority {
         self.forget(task);
         let release = ctx.now();
         self.table.insert(task, St::Blocked, Node { rank, prev: NIL, next: NIL, used: 0, release, announced: false })?;
+        self.levels.add_user(rank);
         match st {
             St::Ready => {
                 self.enqueue(task.0, false);
@@ -520,7 +498,7 @@ impl Policy for FixedPriority {
             // (a missed notification) is repaired and the walk restarts.
             let mut repair = None;
             let mut found = None;
-            'levels: for lvl in self.levels.values() {
+            'levels: for lvl in self.levels.queued() {
                 let mut i = lvl.head;
                 while i != NIL {
                     let task = TaskId(i);

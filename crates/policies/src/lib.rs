@@ -16,6 +16,7 @@ pub mod dbs;
 pub mod edf;
 pub mod fb;
 pub mod fps;
+mod levels;
 pub mod linux22;
 pub mod params;
 pub mod rr;
