@@ -331,7 +331,11 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
         }
         CtlCmd::Unregister { name } => Call::Unregister { name },
         CtlCmd::Load { file, name, above, below, params, watchdog } => {
-            let path = std::fs::canonicalize(&file).with_context(|| format!("module file {}", file.display()))?;
+            // Made absolute here, read by the agent: a caller who may not read the file (or
+            // its folder) still gets the agent's answer, e.g. "only root may load".
+            let path = std::fs::canonicalize(&file)
+                .or_else(|_| std::path::absolute(&file))
+                .with_context(|| format!("module file {}", file.display()))?;
             let params = params
                 .iter()
                 .map(|p| {
