@@ -95,6 +95,33 @@ behaviour = { kind = "script", phases = [
 }
 
 #[test]
+fn an_overrun_ends_with_the_job_not_with_the_next_one() {
+    // Issue 16: §2.3's dispatch is non-preemptive per job. o holds slot 0 of each 40 ms
+    // frame and is overloaded (11 ms every 10 ms): in its slot it finishes one job and
+    // is 9 ms into the next when the slot ends, overruns 2 ms to finish that job, and has
+    // its next job already waiting. The overrun ends there (the free slot 1 goes to
+    // time-sharing), so o gets 22 ms per frame — 10% over its 20 ms, under the 20% that
+    // makes it misbehaving. (Carried on into its next job, o took the whole free slot.)
+    let tasks = r#"
+[[task]]
+name = "o"
+scheduler = "rt"
+behaviour = { kind = "periodic", period = "10ms", exec = "11ms", offset = "40ms" }
+[[task]]
+name = "ctl"
+behaviour = { kind = "script", phases = [ { send = { to = "rt", request = "reserve", task = "o", util = 0.5, period = "40ms" } } ] }
+"#;
+    let (r, trace) = run(&scenario(r#"slot = "20ms", frame = "40ms", admission = "table""#, tasks, "440ms"));
+    let frames = 10.0;
+    assert_eq!(cpu_ms(&r, "o"), 22.0 * frames);
+    assert_eq!(cpu_ms(&r, "hog"), 40.0 + 18.0 * frames, "the first frame, then 18 ms of each");
+    assert!(!r.log.iter().any(|l| l.contains("misbehaving")), "{:#?}", r.log);
+    let o = r.tasks.iter().position(|t| t.name == "o").unwrap();
+    let ends: Vec<u64> = trace.slices.iter().filter(|s| s.task == o).map(|s| s.end / MS).take(3).collect();
+    assert_eq!(ends, [62, 102, 142], "each overrun ends 2 ms into the free slot");
+}
+
+#[test]
 fn a_task_overrunning_by_more_than_20_percent_in_4_of_10_periods_loses_its_reservation() {
     // 20 ms reserved every 40 ms, 30 ms used: 50% over in every period. Active from
     // 160 ms, its periods end at 200, 240, 280, 320 ms: the fourth overrun (more than 3

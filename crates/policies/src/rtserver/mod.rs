@@ -25,7 +25,8 @@
 //! - **Overrun** (§2.3): dispatching is non-preemptive per job, as in the paper, where an
 //!   RT process still running at the end of its slot delays the next slot's dispatch: a
 //!   reserved task still running when its slot ends keeps the CPU (up to `overrun_cap`,
-//!   at most to the end of that slot) until it blocks. The time it takes from another
+//!   at most to the end of that slot) until its job ends — it blocks, or goes on to its
+//!   next job, already released ([`Policy::on_job`]). The time it takes from another
 //!   reservation's slot is that reservation's debt, repaid from free slots of the CPU
 //!   ("the dispatcher will use some of the TS allocation, by temporarily assigning the
 //!   free slots to the RT process whose time slots are taken by overrunning RT
@@ -46,7 +47,8 @@ pub mod table;
 use std::collections::VecDeque;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, PolicyLog, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake, MS,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, PolicyLog, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake,
+    MS,
 };
 
 pub use admission::{Broker, Failure, Mode, Rejection, Reservation};
@@ -633,6 +635,18 @@ impl Policy for RtServer {
                 if r.how == How::Cont {
                     self.end_overrun(ctx, cpu, task, r.start);
                 }
+            }
+        }
+    }
+    /// §2.3's dispatch is non-preemptive per *job*: an overrun lets the job that was
+    /// running at its slot's end finish, not the task's next job. A task that goes
+    /// straight on to an already released job (the mechanism says so) ends its overrun;
+    /// its CPU goes to the slot's owner.
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, _job: Job) {
+        self.advance(ctx);
+        for c in 0..self.ncols() {
+            if self.run[c].is_some_and(|r| r.task == task && r.how == How::Cont) {
+                let _ = ctx.resched(CpuId(c as u16));
             }
         }
     }
