@@ -56,6 +56,12 @@ impl<K: TimerKey> TimerKey for Key<K> {
             Key::Event(..) => None,
         }
     }
+    fn lane(&self) -> Option<usize> {
+        match self {
+            Key::Own(k) => k.lane(),
+            Key::Event(..) => None,
+        }
+    }
 }
 
 /// What fell due.

@@ -25,7 +25,18 @@ pub trait TimerKey: Ord + Clone {
     fn dense(&self) -> Option<usize> {
         None
     }
+
+    /// A lane, below [`LANES`], for one of the few keys re-armed at nearly every
+    /// decision (a CPU's burst completion): its entry is kept beside the heap, not in it,
+    /// so arming and cancelling it move nothing (distinct keys, distinct lanes; a key
+    /// with a lane needs no dense index).
+    fn lane(&self) -> Option<usize> {
+        None
+    }
 }
+
+/// How many lanes a [`Timers`] has (see [`TimerKey::lane`]).
+pub const LANES: usize = 64;
 
 impl TimerKey for Infallible {}
 impl TimerKey for &str {}
@@ -37,6 +48,10 @@ impl TimerKey for u8 {
 impl TimerKey for u16 {
     fn dense(&self) -> Option<usize> {
         Some(*self as usize)
+    }
+    /// Keys 0-3 (so that the table's tests use lanes, dense keys and the B-tree alike).
+    fn lane(&self) -> Option<usize> {
+        (*self < 4).then_some(*self as usize)
     }
 }
 
@@ -50,11 +65,20 @@ impl TimerKey for u16 {
 /// without an entry are swept out when they outnumber the entries); the last few keys
 /// looked up are remembered, which spares most searches (a mechanism re-arms the timer
 /// that just fell due). This table is the simulator's event queue, its hottest structure
-/// (issue 16's profile).
+/// (issue 16's profile). Keys with a lane ([`TimerKey::lane`]) keep their entry beside
+/// the heap: the earliest entry is the heap's top or the earliest lane's, whichever
+/// comes first in (time, sequence number), so the order is the same as if they were in
+/// the heap.
 #[derive(Clone, Debug)]
 pub struct Timers<K, V> {
     seq: u64,
     heap: Vec<Entry>,
+    /// The entry of each lane: (order as in [`Entry`], key, value).
+    lanes: Vec<Option<(u128, K, V)>>,
+    /// The lane with the earliest entry, if any lane is armed.
+    first_lane: Option<usize>,
+    /// Lanes armed.
+    lanes_armed: usize,
     slots: Vec<Slot<K, V>>,
     /// Slots neither armed nor held by a key.
     free: Vec<u32>,
@@ -82,12 +106,21 @@ struct Entry {
 
 impl Entry {
     fn new(at: Ns, seq: u64, slot: u32) -> Entry {
-        Entry { order: (at as u128) << 64 | seq as u128, slot }
+        Entry { order: order(at, seq), slot }
     }
 
     fn at(&self) -> Ns {
-        (self.order >> 64) as Ns
+        at_of(self.order)
     }
+}
+
+/// (time, sequence number) as one integer in their order.
+fn order(at: Ns, seq: u64) -> u128 {
+    (at as u128) << 64 | seq as u128
+}
+
+fn at_of(order: u128) -> Ns {
+    (order >> 64) as Ns
 }
 
 /// Children per node of the heap.
@@ -112,6 +145,9 @@ impl<K, V> Default for Timers<K, V> {
         Timers {
             seq: 0,
             heap: Vec::new(),
+            lanes: Vec::new(),
+            first_lane: None,
+            lanes_armed: 0,
             slots: Vec::new(),
             free: Vec::new(),
             dense: Vec::new(),
@@ -237,6 +273,9 @@ impl<K: TimerKey, V> Timers<K, V> {
     /// Arms `value` at `at` under `key`, replacing the key's previous entry (whose time
     /// is returned).
     pub fn insert(&mut self, at: Ns, key: K, value: V) -> Option<Ns> {
+        if let Some(l) = key.lane() {
+            return self.arm_lane(l, at, key, value);
+        }
         let i = match self.find(&key) {
             Some(i) => i,
             None => match key.dense() {
@@ -260,6 +299,46 @@ impl<K: TimerKey, V> Timers<K, V> {
         self.arm(i, at, value)
     }
 
+    /// Arms lane `l` (see [`TimerKey::lane`]).
+    fn arm_lane(&mut self, l: usize, at: Ns, key: K, value: V) -> Option<Ns> {
+        assert!(l < LANES, "timer lane {l} out of range");
+        if l >= self.lanes.len() {
+            self.lanes.resize_with(l + 1, || None);
+        }
+        self.seq += 1;
+        let o = order(at, self.seq);
+        let old = self.lanes[l].replace((o, key, value)).map(|(o, _, _)| at_of(o));
+        match old {
+            Some(_) => self.dropped += 1,
+            None => self.lanes_armed += 1,
+        }
+        match self.first_lane {
+            Some(f) if f == l => self.find_first_lane(),
+            Some(f) if self.lanes[f].as_ref().is_some_and(|e| e.0 < o) => {}
+            _ => self.first_lane = Some(l),
+        }
+        old
+    }
+
+    /// Takes lane `l`'s entry out.
+    fn take_lane(&mut self, l: usize) -> Option<(u128, K, V)> {
+        let e = self.lanes.get_mut(l)?.take()?;
+        self.lanes_armed -= 1;
+        if self.first_lane == Some(l) {
+            self.find_first_lane();
+        }
+        Some(e)
+    }
+
+    fn find_first_lane(&mut self) {
+        self.first_lane = self.lanes.iter().enumerate().filter_map(|(l, e)| e.as_ref().map(|e| (e.0, l))).min().map(|(_, l)| l);
+    }
+
+    /// The order of the earliest lane entry.
+    fn first_lane_order(&self) -> Option<u128> {
+        self.first_lane.and_then(|l| self.lanes[l].as_ref()).map(|e| e.0)
+    }
+
     /// Queues a keyless one-shot entry at `at`.
     pub fn push(&mut self, at: Ns, value: V) {
         let i = self.alloc(None);
@@ -268,6 +347,11 @@ impl<K: TimerKey, V> Timers<K, V> {
 
     /// Removes the entry under `key`, if one is armed; returns its time.
     pub fn cancel(&mut self, key: &K) -> Option<Ns> {
+        if let Some(l) = key.lane() {
+            let (o, _, _) = self.take_lane(l)?;
+            self.dropped += 1;
+            return Some(at_of(o));
+        }
         let i = self.find(key)?;
         self.remember(key, i);
         let pos = self.slots[i as usize].pos;
@@ -300,18 +384,31 @@ impl<K: TimerKey, V> Timers<K, V> {
 
     /// When the entry under `key` is due, if one is armed.
     pub fn at(&self, key: &K) -> Option<Ns> {
+        if let Some(l) = key.lane() {
+            return self.lanes.get(l)?.as_ref().map(|e| at_of(e.0));
+        }
         let pos = self.slots[self.find(key)? as usize].pos;
         (pos != UNARMED).then(|| self.heap[pos as usize].at())
     }
 
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        self.heap.first().map(Entry::at)
+        match (self.heap.first(), self.first_lane_order()) {
+            (Some(e), Some(o)) => Some(at_of(e.order.min(o))),
+            (Some(e), None) => Some(e.at()),
+            (None, o) => o.map(at_of),
+        }
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
     /// its instant): its time, key and value.
     pub fn pop(&mut self) -> Option<(Ns, Option<K>, V)> {
+        if let Some(o) = self.first_lane_order() {
+            if self.heap.first().is_none_or(|e| o < e.order) {
+                let (o, key, value) = self.take_lane(self.first_lane.expect("a lane is first"))?;
+                return Some((at_of(o), Some(key), value));
+            }
+        }
         if self.heap.is_empty() {
             return None;
         }
@@ -337,11 +434,11 @@ impl<K: TimerKey, V> Timers<K, V> {
 
     /// Entries armed.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.lanes_armed
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 
     /// How many entries were removed before they fell due (cancelled or replaced).

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use vassal_core::{CpuId, Ns, Preempt, Request, TimerKey, MAX_CPUS};
+use vassal_core::{CpuId, Ns, Preempt, Request, TimerKey};
 
 use super::workload::{sample, Wait};
 use super::Sim;
@@ -48,15 +48,20 @@ pub(super) enum Timer {
     Behave(usize, u32),
 }
 
-/// The CPU and wake timers, re-armed at every decision, are found by index (a task's
-/// wake after every CPU's timer); a behaviour's own timers by their key.
+/// A CPU's timer, re-armed at nearly every decision, has a lane of its own; the wake and
+/// swap timers are found by index; a behaviour's own timers by their key.
 impl TimerKey for Timer {
+    fn lane(&self) -> Option<usize> {
+        match *self {
+            Timer::Cpu(c) => Some(c as usize),
+            _ => None,
+        }
+    }
     fn dense(&self) -> Option<usize> {
         match *self {
             Timer::Swap => Some(0),
-            Timer::Cpu(c) => Some(1 + c as usize),
-            Timer::Wake(i) => Some(1 + MAX_CPUS as usize + i),
-            Timer::Behave(..) => None,
+            Timer::Wake(i) => Some(1 + i),
+            Timer::Cpu(_) | Timer::Behave(..) => None,
         }
     }
 }
