@@ -58,6 +58,8 @@ type Order = (Rank, Ns, u32);
 #[derive(Clone, Copy, Debug)]
 struct Node {
     rank: Rank,
+    /// The index of its rank's level in `levels` (kept in step as levels come and go).
+    level: u32,
     prev: u32,
     next: u32,
     /// Time used of the current quantum.
@@ -67,6 +69,9 @@ struct Node {
     /// The mechanism announced the job the task's next wake starts.
     announced: bool,
 }
+
+/// A node's level before it has one (while it is attached).
+const NO_LEVEL: u32 = u32::MAX;
 
 /// The rank of tasks without a period under rate-monotonic assignment.
 const NO_PERIOD: Rank = (Reverse(i64::MIN), u32::MAX);
@@ -194,7 +199,7 @@ impl FixedPriority {
     /// Queues `i` at the head or the tail of its level (under [`Self::by_release`]: in
     /// its place by (release, task id)).
     fn enqueue(&mut self, i: u32, at_head: bool) {
-        let Some(k) = self.levels.index(self.n(i).rank) else { return };
+        let k = self.n(i).level as usize;
         let Ends { head, tail } = self.levels.ends(k);
         if self.by_release() && head != NIL {
             // Walk back from the tail past the later ones (usually none).
@@ -239,8 +244,8 @@ impl FixedPriority {
 
     /// Takes queued `i` out of its level's FIFO.
     fn unlink(&mut self, i: u32) {
-        let Node { prev, next, rank, .. } = **self.n(i);
-        let Some(k) = self.levels.index(rank) else { return };
+        let Node { prev, next, level, .. } = **self.n(i);
+        let k = level as usize;
         let mut ends = self.levels.ends(k);
         if prev == NIL {
             ends.head = next;
@@ -284,8 +289,8 @@ impl FixedPriority {
         if let Some(n) = self.node(task) {
             let rank = n.rank;
             self.set(task.0, St::Blocked);
-            self.levels.remove_user(rank);
             self.table.remove(task);
+            self.leave_level(rank);
         }
     }
 
@@ -333,8 +338,36 @@ impl FixedPriority {
     /// Gives unqueued `i` a new rank (and moves it to that rank's level).
     fn rerank(&mut self, i: u32, rank: Rank) {
         let old = std::mem::replace(&mut self.n_mut(i).rank, rank);
-        self.levels.add_user(rank);
-        self.levels.remove_user(old);
+        self.join_level(rank);
+        self.leave_level(old);
+        self.n_mut(i).level = self.level_of(rank);
+    }
+
+    /// The level of `rank`, which an attached task has.
+    fn level_of(&self, rank: Rank) -> u32 {
+        self.levels.index(rank).expect("an attached task's rank has a level") as u32
+    }
+
+    /// One more task has `rank`: a new level shifts the indices tasks keep.
+    fn join_level(&mut self, rank: Rank) {
+        if let Some(k) = self.levels.add_user(rank) {
+            for (_, n) in self.table.iter_mut() {
+                if n.level >= k as u32 && n.level != NO_LEVEL {
+                    n.level += 1;
+                }
+            }
+        }
+    }
+
+    /// One task less has `rank`: a level gone shifts the indices tasks keep.
+    fn leave_level(&mut self, rank: Rank) {
+        if let Some(k) = self.levels.remove_user(rank) {
+            for (_, n) in self.table.iter_mut() {
+                if n.level > k as u32 && n.level != NO_LEVEL {
+                    n.level -= 1;
+                }
+            }
+        }
     }
 
     /// After the rank of `task` changed: requeue it and check preemption both ways.
@@ -374,8 +407,9 @@ impl Policy for FixedPriority {
         let st = St::of_attach(task, info)?;
         self.forget(task);
         let release = ctx.now();
-        self.table.insert(task, St::Blocked, Node { rank, prev: NIL, next: NIL, used: 0, release, announced: false })?;
-        self.levels.add_user(rank);
+        self.table.insert(task, St::Blocked, Node { rank, level: NO_LEVEL, prev: NIL, next: NIL, used: 0, release, announced: false })?;
+        self.join_level(rank);
+        self.n_mut(task.0).level = self.level_of(rank);
         match st {
             St::Ready => {
                 self.enqueue(task.0, false);

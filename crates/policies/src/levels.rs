@@ -5,9 +5,10 @@
 //!
 //! A level exists while some attached task has its rank ([`Levels::add_user`],
 //! [`Levels::remove_user`]), queued or not, so the usual wake / pick / block cycle of a
-//! task neither allocates nor searches a tree: a level is found by binary search over the
-//! sorted ranks, and the first non-empty one by the bitmap. Adding or removing a rank
-//! (attach, detach, a priority change) shifts the arrays: O(L) for L levels.
+//! task neither allocates nor searches: the user keeps each task's level index, and the
+//! first non-empty level is found by the bitmap. Adding or removing a rank (attach,
+//! detach, a priority change) shifts the arrays, O(L) for L levels, and the indices
+//! after it: both calls say where, so the user can shift the indices it keeps.
 //!
 //! Invariant: `ranks` is sorted and duplicate-free; bit k of `nonempty` is set iff
 //! `ends[k].head != NIL`; `users[k] > 0` for every level.
@@ -47,31 +48,41 @@ impl<R: Ord + Copy> Levels<R> {
         self.ranks.binary_search(&rank).ok()
     }
 
-    /// One more attached task has `rank` (its level is made if new).
-    pub fn add_user(&mut self, rank: R) {
+    /// One more attached task has `rank`. Returns where a new level was made (the
+    /// levels from there on moved up by one), or None if it existed.
+    #[must_use]
+    pub fn add_user(&mut self, rank: R) -> Option<usize> {
         match self.ranks.binary_search(&rank) {
-            Ok(k) => self.users[k] += 1,
+            Ok(k) => {
+                self.users[k] += 1;
+                None
+            }
             Err(k) => {
                 self.ranks.insert(k, rank);
                 self.ends.insert(k, Ends::EMPTY);
                 self.users.insert(k, 1);
                 self.rebuild_bits();
+                Some(k)
             }
         }
     }
 
     /// One attached task less has `rank`; its level goes when none has, and must then be
-    /// empty (its tasks are unlinked first).
-    pub fn remove_user(&mut self, rank: R) {
-        let Ok(k) = self.ranks.binary_search(&rank) else { return };
+    /// empty (its tasks are unlinked first). Returns where a level went (the levels after
+    /// it moved down by one).
+    #[must_use]
+    pub fn remove_user(&mut self, rank: R) -> Option<usize> {
+        let k = self.ranks.binary_search(&rank).ok()?;
         self.users[k] -= 1;
-        if self.users[k] == 0 {
-            debug_assert_eq!(self.ends[k], Ends::EMPTY, "a level is left by its last task only when that task is unlinked");
-            self.ranks.remove(k);
-            self.ends.remove(k);
-            self.users.remove(k);
-            self.rebuild_bits();
+        if self.users[k] > 0 {
+            return None;
         }
+        debug_assert_eq!(self.ends[k], Ends::EMPTY, "a level is left by its last task only when that task is unlinked");
+        self.ranks.remove(k);
+        self.ends.remove(k);
+        self.users.remove(k);
+        self.rebuild_bits();
+        Some(k)
     }
 
     fn rebuild_bits(&mut self) {
@@ -126,7 +137,7 @@ mod tests {
     fn queued_levels_come_in_rank_order_across_words() {
         let mut l: Levels<i64> = Levels::default();
         for r in (0..150).rev() {
-            l.add_user(r);
+            assert_eq!(l.add_user(r), Some(0), "each smaller rank goes first");
         }
         for r in [149, 3, 70, 64, 63] {
             let k = l.index(r).unwrap();
@@ -143,19 +154,19 @@ mod tests {
     #[test]
     fn a_rank_added_or_removed_keeps_the_others_queued() {
         let mut l: Levels<i64> = Levels::default();
-        l.add_user(10);
-        l.add_user(30);
+        assert_eq!(l.add_user(10), Some(0));
+        assert_eq!(l.add_user(30), Some(1));
         let k = l.index(30).unwrap();
         l.set_ends(k, Ends { head: 7, tail: 8 });
-        l.add_user(20); // shifts 30's level
-        l.add_user(20);
+        assert_eq!(l.add_user(20), Some(1), "30's level moves up");
+        assert_eq!(l.add_user(20), None);
         assert_eq!(l.index(30), Some(2));
         assert_eq!(l.first(), Some(Ends { head: 7, tail: 8 }));
-        l.remove_user(20);
+        assert_eq!(l.remove_user(20), None);
         assert_eq!(l.index(20), Some(1), "a second task still has rank 20");
-        l.remove_user(20);
+        assert_eq!(l.remove_user(20), Some(1));
         assert_eq!(l.index(20), None);
-        l.remove_user(10);
+        assert_eq!(l.remove_user(10), Some(0));
         assert_eq!(l.index(30), Some(0));
         assert_eq!(l.queued().collect::<Vec<_>>(), vec![Ends { head: 7, tail: 8 }]);
     }
