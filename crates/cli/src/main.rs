@@ -37,6 +37,14 @@ enum Cmd {
         /// the threads name, at least 1).
         #[arg(long)]
         cpus: Option<u16>,
+        /// With --rt-app: how fast a `mem` event writes memory, in MB/s of CPU time
+        /// (default 4000).
+        #[arg(long, value_name = "MB/s", requires = "rt_app")]
+        mem_rate: Option<u64>,
+        /// With --rt-app: how fast an `iorun` event's io_device takes data, in MB/s of
+        /// blocked time (default 100; /dev/null takes it at once).
+        #[arg(long, value_name = "MB/s", requires = "rt_app")]
+        io_rate: Option<u64>,
         /// Seed for every random draw (overrides the scenario's `seed`).
         #[arg(long)]
         seed: Option<u64>,
@@ -223,6 +231,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             rt_app,
             policy,
             cpus,
+            mem_rate,
+            io_rate,
             seed,
             json,
             until,
@@ -246,7 +256,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 (None, Some(file)) => {
                     let until =
                         until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
-                    let opts = vassal_sim::rtapp::Options { policy, cpus, until };
+                    let rate = |flag: &str, r: Option<u64>, default: u64| match r {
+                        Some(0) => bail!("{flag} must be above 0"),
+                        Some(mb) => mb.checked_mul(1_000_000).with_context(|| format!("{flag} {mb}: too large")),
+                        None => Ok(default),
+                    };
+                    let opts = vassal_sim::rtapp::Options {
+                        policy,
+                        cpus,
+                        until,
+                        mem_bandwidth: rate("--mem-rate", mem_rate, vassal_sim::rtapp::MEM_BANDWIDTH)?,
+                        io_bandwidth: rate("--io-rate", io_rate, vassal_sim::rtapp::IO_BANDWIDTH)?,
+                    };
                     vassal_sim::rtapp::load_rtapp(file, &opts).map_err(anyhow::Error::msg)?
                 }
                 (None, None) => bail!("give a scenario file or --rt-app FILE.json"),
