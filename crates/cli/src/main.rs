@@ -19,6 +19,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per run: the size of the largest variant (sim's flags) does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Simulate a scenario file (format: docs/scenario.md), or an rt-app workload
@@ -54,10 +56,15 @@ enum Cmd {
         /// Simulated horizon, e.g. "2s" (overrides the scenario's `until`).
         #[arg(long)]
         until: Option<String>,
-        /// Also write a trace of the run to FILE (Chrome JSON; open it in
-        /// https://ui.perfetto.dev; see docs/trace.md).
+        /// Also write a trace of the run to FILE, for https://ui.perfetto.dev (see
+        /// docs/trace.md): Perfetto protobuf with per-CPU sched_switch/sched_waking
+        /// events if FILE ends in .pftrace, .perfetto-trace or .pb, else Chrome JSON
+        /// (or as --trace-format says).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// The trace's format: perfetto or chrome (default: by the file's extension).
+        #[arg(long, value_name = "FORMAT", requires = "trace", value_parser = ["perfetto", "chrome"])]
+        trace_format: Option<String>,
         /// Also write an HTML report of the run to FILE: one self-contained page with the
         /// CPU timeline, shares, latencies and BVT's virtual times (docs/report.md).
         #[arg(long, value_name = "FILE")]
@@ -237,6 +244,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
             until,
             trace,
+            trace_format,
             report,
             load,
             name,
@@ -283,7 +291,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let report = match (&trace, &report) {
                 (None, None) => vassal_sim::simulate_with(sc, &vassal_lab::workloads::registry())?,
-                _ => report_cmd::traced(sc, trace.as_deref(), report.as_deref())?,
+                _ => report_cmd::traced(sc, trace.as_deref(), trace_format.as_deref(), report.as_deref())?,
             };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)

@@ -11,7 +11,7 @@
 //!    `workloads` (experiment-only task behaviours, e.g. randres, registered with the
 //!    simulator's behaviour registry);
 //! 1. `bench` (`vassal bench`: simulator speed and decision costs), `svg` (charts; uses
-//!    `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
+//!    `fmt`), `chrome_trace` and `perfetto` (the trace writers), `rtserver_repro`
 //!    (computed rtserver tables), `real` (the real-process experiments, over the
 //!    agent's client);
 //! 2. `html` (the report pages; uses `svg`, `fmt`, `expect`);
@@ -29,6 +29,7 @@ pub mod expect;
 pub mod fmt;
 pub mod html;
 pub mod metric;
+pub mod perfetto;
 pub mod real;
 pub mod repro;
 pub mod rtserver_repro;
