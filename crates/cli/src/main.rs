@@ -136,6 +136,38 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// A regression gate: run two versions of a policy (built-in kinds or module files)
+    /// on seeded desktop-like and real-time scenarios and report, per run, share,
+    /// latency and miss differences and any task runnable but not run for longer than
+    /// the stall threshold, with the seed that replays it (docs/check.md). Exits 1 if
+    /// NEW stalls.
+    Check {
+        /// The reference version: a policy kind (`vassal policies`) or a module file.
+        old: String,
+        /// The version under test.
+        new: String,
+        /// A parameter of OLD, KEY=VALUE (repeatable).
+        #[arg(long = "old-param", value_name = "KEY=VALUE")]
+        old_params: Vec<String>,
+        /// A parameter of NEW, KEY=VALUE (repeatable).
+        #[arg(long = "new-param", value_name = "KEY=VALUE")]
+        new_params: Vec<String>,
+        /// Scenarios to run, comma-separated (default: all: desktop, realtime).
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<String>,
+        /// Seeds, comma-separated (default 1,2,3).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        seeds: Vec<u64>,
+        /// Simulated time per run (default 5s).
+        #[arg(long, default_value = "5s")]
+        until: String,
+        /// Stall threshold: longest runnable-not-running wait allowed (default 500ms).
+        #[arg(long, default_value = "500ms")]
+        stall: String,
+        /// Print the runs as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the policy kinds that can be named in a scenario.
     Policies,
     /// The Linux agent (root): broker, dispatcher and guardian (docs/agent.md).
@@ -316,6 +348,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Bvt { cmd: BvtCmd::Plan { shares, c_mcu, mcu, priorities, warp_limits, json } } => {
             bvt_plan(&shares, c_mcu, &mcu, &priorities, &warp_limits, json)
+        }
+        Cmd::Check { old, new, old_params, new_params, scenario, seeds, until, stall, json } => {
+            use vassal_lab::check;
+            let params = |ps: &[String]| -> Result<std::collections::BTreeMap<String, vassal_policies::ParamValue>> {
+                ps.iter().map(|p| vassal_sim::modules::parse_param(p)).collect::<Result<_, _>>().map_err(anyhow::Error::msg)
+            };
+            let old = check::Version::parse(&old, params(&old_params)?).map_err(anyhow::Error::msg)?;
+            let new = check::Version::parse(&new, params(&new_params)?).map_err(anyhow::Error::msg)?;
+            let until = vassal_core::parse_duration(&until).with_context(|| format!("--until {until}"))?;
+            let stall = vassal_core::parse_duration(&stall).with_context(|| format!("--stall {stall}"))?;
+            let names: Vec<String> = if scenario.is_empty() { check::SCENARIOS.iter().map(|s| s.to_string()).collect() } else { scenario };
+            if seeds.is_empty() || until == 0 {
+                bail!("give at least one seed and a horizon above 0");
+            }
+            let rows = check::check(&old, &new, &names, &seeds, until, stall).map_err(anyhow::Error::msg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", check::table(&rows, &old, &new, stall));
+            }
+            let stalled = rows.iter().any(|r| r.stalls.iter().any(|s| s.version == "new"));
+            Ok(if stalled { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
         Cmd::Policies => {
             for (k, d) in vassal_policies::kinds() {
