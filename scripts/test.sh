@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 # What the full suite needs, installed when this can (root with apt): clang compiles the
 # agent's BPF event source (crates/agent/bpf, by build.rs; without it the agent polls
 # /proc and the BPF-only tests skip), Chromium renders the HTML reports
-# (crates/lab/tests/html_report.rs; without it that check skips).
+# (crates/lab/tests/html_report.rs; without it that check skips), rt-app ships the
+# workloads that crates/sim/tests/rtapp_shipped.rs runs (without it that test skips).
 missing=()
 command -v clang >/dev/null 2>&1 || missing+=(clang)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -d /usr/share/doc/rt-app/examples ] || missing+=(rt-app)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) ||
     echo "could not install ${missing[*]}: the tests that need them will skip" >&2

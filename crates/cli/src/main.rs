@@ -19,6 +19,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per run: the size of the largest variant (sim's flags) does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Simulate a scenario file (format: docs/scenario.md), or an rt-app workload
@@ -37,6 +39,14 @@ enum Cmd {
         /// the threads name, at least 1).
         #[arg(long)]
         cpus: Option<u16>,
+        /// With --rt-app: how fast a `mem` event writes memory, in MB/s of CPU time
+        /// (default 4000).
+        #[arg(long, value_name = "MB/s", requires = "rt_app")]
+        mem_rate: Option<u64>,
+        /// With --rt-app: how fast an `iorun` event's io_device takes data, in MB/s of
+        /// blocked time (default 100; /dev/null takes it at once).
+        #[arg(long, value_name = "MB/s", requires = "rt_app")]
+        io_rate: Option<u64>,
         /// Seed for every random draw (overrides the scenario's `seed`).
         #[arg(long)]
         seed: Option<u64>,
@@ -46,10 +56,15 @@ enum Cmd {
         /// Simulated horizon, e.g. "2s" (overrides the scenario's `until`).
         #[arg(long)]
         until: Option<String>,
-        /// Also write a trace of the run to FILE (Chrome JSON; open it in
-        /// https://ui.perfetto.dev; see docs/trace.md).
+        /// Also write a trace of the run to FILE, for https://ui.perfetto.dev (see
+        /// docs/trace.md): Perfetto protobuf with per-CPU sched_switch/sched_waking
+        /// events if FILE ends in .pftrace, .perfetto-trace or .pb, else Chrome JSON
+        /// (or as --trace-format says).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// The trace's format: perfetto or chrome (default: by the file's extension).
+        #[arg(long, value_name = "FORMAT", requires = "trace", value_parser = ["perfetto", "chrome"])]
+        trace_format: Option<String>,
         /// Also write an HTML report of the run to FILE: one self-contained page with the
         /// CPU timeline, shares, latencies and BVT's virtual times (docs/report.md).
         #[arg(long, value_name = "FILE")]
@@ -120,6 +135,38 @@ enum Cmd {
         /// A shorter run (for smoke tests); the numbers are noisier.
         #[arg(long)]
         quick: bool,
+    },
+    /// A regression gate: run two versions of a policy (built-in kinds or module files)
+    /// on seeded desktop-like and real-time scenarios and report, per run, share,
+    /// latency and miss differences and any task runnable but not run for longer than
+    /// the stall threshold, with the seed that replays it (docs/check.md). Exits 1 if
+    /// NEW stalls.
+    Check {
+        /// The reference version: a policy kind (`vassal policies`) or a module file.
+        old: String,
+        /// The version under test.
+        new: String,
+        /// A parameter of OLD, KEY=VALUE (repeatable).
+        #[arg(long = "old-param", value_name = "KEY=VALUE")]
+        old_params: Vec<String>,
+        /// A parameter of NEW, KEY=VALUE (repeatable).
+        #[arg(long = "new-param", value_name = "KEY=VALUE")]
+        new_params: Vec<String>,
+        /// Scenarios to run, comma-separated (default: all: desktop, realtime).
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<String>,
+        /// Seeds, comma-separated (default 1,2,3).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        seeds: Vec<u64>,
+        /// Simulated time per run (default 5s).
+        #[arg(long, default_value = "5s")]
+        until: String,
+        /// Stall threshold: longest runnable-not-running wait allowed (default 500ms).
+        #[arg(long, default_value = "500ms")]
+        stall: String,
+        /// Print the runs as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List the policy kinds that can be named in a scenario.
     Policies,
@@ -223,10 +270,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             rt_app,
             policy,
             cpus,
+            mem_rate,
+            io_rate,
             seed,
             json,
             until,
             trace,
+            trace_format,
             report,
             load,
             name,
@@ -246,7 +296,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 (None, Some(file)) => {
                     let until =
                         until.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--until {until:?}"))?;
-                    let opts = vassal_sim::rtapp::Options { policy, cpus, until };
+                    let rate = |flag: &str, r: Option<u64>, default: u64| match r {
+                        Some(0) => bail!("{flag} must be above 0"),
+                        Some(mb) => mb.checked_mul(1_000_000).with_context(|| format!("{flag} {mb}: too large")),
+                        None => Ok(default),
+                    };
+                    let opts = vassal_sim::rtapp::Options {
+                        policy,
+                        cpus,
+                        until,
+                        mem_bandwidth: rate("--mem-rate", mem_rate, vassal_sim::rtapp::MEM_BANDWIDTH)?,
+                        io_bandwidth: rate("--io-rate", io_rate, vassal_sim::rtapp::IO_BANDWIDTH)?,
+                    };
                     vassal_sim::rtapp::load_rtapp(file, &opts).map_err(anyhow::Error::msg)?
                 }
                 (None, None) => bail!("give a scenario file or --rt-app FILE.json"),
@@ -262,7 +323,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let report = match (&trace, &report) {
                 (None, None) => vassal_sim::simulate_with(sc, &vassal_lab::workloads::registry())?,
-                _ => report_cmd::traced(sc, trace.as_deref(), report.as_deref())?,
+                _ => report_cmd::traced(sc, trace.as_deref(), trace_format.as_deref(), report.as_deref())?,
             };
             print!("{}", if json { report.to_json() + "\n" } else { report.to_table() });
             Ok(ExitCode::SUCCESS)
@@ -287,6 +348,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Bvt { cmd: BvtCmd::Plan { shares, c_mcu, mcu, priorities, warp_limits, json } } => {
             bvt_plan(&shares, c_mcu, &mcu, &priorities, &warp_limits, json)
+        }
+        Cmd::Check { old, new, old_params, new_params, scenario, seeds, until, stall, json } => {
+            use vassal_lab::check;
+            let params = |ps: &[String]| -> Result<std::collections::BTreeMap<String, vassal_policies::ParamValue>> {
+                ps.iter().map(|p| vassal_sim::modules::parse_param(p)).collect::<Result<_, _>>().map_err(anyhow::Error::msg)
+            };
+            let old = check::Version::parse(&old, params(&old_params)?).map_err(anyhow::Error::msg)?;
+            let new = check::Version::parse(&new, params(&new_params)?).map_err(anyhow::Error::msg)?;
+            let until = vassal_core::parse_duration(&until).with_context(|| format!("--until {until}"))?;
+            let stall = vassal_core::parse_duration(&stall).with_context(|| format!("--stall {stall}"))?;
+            let names: Vec<String> = if scenario.is_empty() { check::SCENARIOS.iter().map(|s| s.to_string()).collect() } else { scenario };
+            if seeds.is_empty() || until == 0 {
+                bail!("give at least one seed and a horizon above 0");
+            }
+            let rows = check::check(&old, &new, &names, &seeds, until, stall).map_err(anyhow::Error::msg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", check::table(&rows, &old, &new, stall));
+            }
+            let stalled = rows.iter().any(|r| r.stalls.iter().any(|s| s.version == "new"));
+            Ok(if stalled { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
         Cmd::Policies => {
             for (k, d) in vassal_policies::kinds() {

@@ -1,5 +1,5 @@
 //! `vassal sim --trace/--report` and `vassal repro --report`: runs with a trace, written
-//! as a Chrome JSON trace (docs/trace.md) and/or a self-contained HTML page
+//! as a Chrome JSON or Perfetto protobuf trace (docs/trace.md) and/or a self-contained HTML page
 //! (docs/report.md).
 
 use std::path::Path;
@@ -9,13 +9,27 @@ use vassal_lab::expect::ExperimentRun;
 use vassal_sim::model::Scenario;
 use vassal_sim::Report;
 
-/// Runs `sc` recording a trace; writes the trace file and/or the HTML report.
-pub fn traced(sc: Scenario, trace: Option<&Path>, html: Option<&Path>) -> Result<Report> {
+/// Whether a trace file is written in Perfetto's protobuf format: as `format` says, else
+/// by the file's extension (.pftrace, .perfetto-trace, .pb).
+pub fn is_perfetto(file: &Path, format: Option<&str>) -> bool {
+    match format {
+        Some(f) => f == "perfetto",
+        None => file.extension().is_some_and(|e| e == "pftrace" || e == "perfetto-trace" || e == "pb"),
+    }
+}
+
+/// Runs `sc` recording a trace; writes the trace file (Chrome JSON or Perfetto protobuf,
+/// see [`is_perfetto`]) and/or the HTML report.
+pub fn traced(sc: Scenario, trace: Option<&Path>, format: Option<&str>, html: Option<&Path>) -> Result<Report> {
     let mut sim = vassal_sim::Sim::with_registry(sc.clone(), &vassal_lab::workloads::registry())?;
     sim.record_trace();
     let (report, t) = sim.run_traced()?;
     if let Some(file) = trace {
-        let out = vassal_lab::chrome_trace::to_chrome_json(&sc, &report, &t);
+        let out = if is_perfetto(file, format) {
+            vassal_lab::perfetto::to_perfetto(&sc, &t).map_err(anyhow::Error::msg)?
+        } else {
+            vassal_lab::chrome_trace::to_chrome_json(&sc, &report, &t).into_bytes()
+        };
         std::fs::write(file, out).with_context(|| format!("cannot write the trace to {}", file.display()))?;
     }
     if let Some(file) = html {

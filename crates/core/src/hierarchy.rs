@@ -783,6 +783,28 @@ impl Dispatcher {
         }
     }
 
+    /// sched_setaffinity: `task` may run only on `cpus` (limited to the machine's; an
+    /// empty result is refused and changes nothing). Running on a CPU now excluded, it
+    /// is preempted there (its CPU gets a decision, and the task is offered another);
+    /// runnable, it is offered a CPU it may now use. Its scheduler reads the new set
+    /// through `Ctx::affinity` at its next decision. Returns whether it changed.
+    pub fn set_affinity(&mut self, now: Ns, task: TaskId, cpus: CpuSet) -> bool {
+        let cpus = CpuSet(cpus.0 & CpuSet::first(self.ncpus).0);
+        let Some(rec) = self.tasks.recs.get_mut(task.0 as usize) else {
+            return false;
+        };
+        if rec.state == TaskState::Dead || cpus.is_empty() || rec.affinity == cpus {
+            return false;
+        }
+        rec.affinity = cpus;
+        match rec.state {
+            TaskState::Running(cpu) if !cpus.contains(cpu) => self.effects.push(Effect::Resched(cpu)),
+            TaskState::Runnable => self.kick_cpu(now, task),
+            _ => {}
+        }
+        true
+    }
+
     /// Whether `task`'s image is in memory (see [`Dispatcher::set_loaded`]).
     pub fn is_loaded(&self, task: TaskId) -> bool {
         self.tasks.recs.get(task.0 as usize).is_some_and(|r| !r.swapped_out)

@@ -10,8 +10,9 @@
 //!    data), `metric` (the metric language: report paths and expressions),
 //!    `workloads` (experiment-only task behaviours, e.g. randres, registered with the
 //!    simulator's behaviour registry);
-//! 1. `bench` (`vassal bench`: simulator speed and decision costs), `svg` (charts; uses
-//!    `fmt`), `chrome_trace` (the trace writer), `rtserver_repro`
+//! 1. `bench` (`vassal bench`: simulator speed and decision costs), `check` (`vassal
+//!    check`: two policy versions on seeded scenarios; uses `workloads`), `svg` (charts; uses
+//!    `fmt`), `chrome_trace` and `perfetto` (the trace writers), `rtserver_repro`
 //!    (computed rtserver tables), `real` (the real-process experiments, over the
 //!    agent's client);
 //! 2. `html` (the report pages; uses `svg`, `fmt`, `expect`);
@@ -24,11 +25,13 @@
 //! its columns for the text report there and the HTML page here.
 
 pub mod bench;
+pub mod check;
 pub mod chrome_trace;
 pub mod expect;
 pub mod fmt;
 pub mod html;
 pub mod metric;
+pub mod perfetto;
 pub mod real;
 pub mod repro;
 pub mod rtserver_repro;

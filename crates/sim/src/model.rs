@@ -107,17 +107,71 @@ pub enum Phase {
     /// that took (rt-app's `runtime` event: a busy loop that watches the clock). Time
     /// spent preempted counts.
     RunWall(Dist),
-    /// rt-app's `timer` event on the task's timer number `timer` (0, 1, …: rt-app's
-    /// timer refs): the timer's next expiry is its previous one plus `period` (the first
-    /// one period after the task first reaches a phase with this timer); the task sleeps
-    /// until then. If that is already past it does not sleep; in `relative` mode the
-    /// timer then restarts from now, in absolute mode it keeps its schedule (and later
-    /// expiries may be past too). Quantised to ticks under the tick clock.
+    /// rt-app's `timer` event on timer number `timer` (rt-app's timer refs): the task's
+    /// own timer, or with `shared` one timer of the scenario that every task naming it
+    /// advances (rt-app's timers not named `unique…`). The timer's next expiry is its
+    /// previous one plus `period` (the first one period after a task first reaches a
+    /// phase with this timer); the task sleeps until then. If that is already past it
+    /// does not sleep; in `relative` mode the timer then restarts from now, in absolute
+    /// mode it keeps its schedule (and later expiries may be past too). Quantised to
+    /// ticks under the tick clock.
     RtTimer {
         period: Ns,
         relative: bool,
         timer: usize,
+        shared: bool,
     },
+    /// A synchronisation or self-scheduling step (rt-app's mutexes, condition variables,
+    /// barriers, suspend/resume, per-phase policy and affinity). It is carried out while
+    /// the task holds a CPU: a task that reaches one while waking first gets dispatched.
+    Sync(SyncOp),
+}
+
+/// What a [`Phase::Sync`] does. Names are the scenario's: every task naming the same
+/// mutex (condition variable, barrier) shares it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SyncOp {
+    /// Take the mutex, waiting (blocked) while another task holds it; waiters get it in
+    /// order of importance (see [`SchedSel`]), first come first served among equals.
+    /// With `inherit` (priority inheritance), a holder runs with the scheduling of its
+    /// most important waiter while that is more important than its own.
+    Lock { mutex: String, inherit: bool },
+    /// Release it: the first waiter takes it and is woken.
+    Unlock(String),
+    /// pthread_cond_wait: release `mutex`, block on `cond`; once woken, take `mutex`
+    /// again (waiting for it if it is held) before going on.
+    Wait { cond: String, mutex: String },
+    /// Wake the longest waiter on `cond`, if any (a signal nobody waits for is lost).
+    Signal(String),
+    /// Wake every waiter on `cond`.
+    Broadcast(String),
+    /// Signal `cond`, then wait on it with `mutex` (rt-app's `sync`).
+    SignalWait { cond: String, mutex: String },
+    /// Block until the condition `cond` is broadcast (rt-app's `suspend`).
+    Suspend(String),
+    /// Broadcast `cond` (rt-app's `resume`).
+    Resume(String),
+    /// rt-app's barrier with `users` arrivals: the last to arrive wakes the others.
+    Barrier { name: String, users: u64 },
+    /// Set the task's own affinity.
+    Affinity(CpuSet),
+    /// Change the task's own scheduling: join `scheduler` (None: the default) and set
+    /// its parameters.
+    Sched(SchedSel),
+    /// States the scheduling the task was created with (its `scheduler` and `params`),
+    /// as the parameters to set there, for priority inheritance to restore. Takes no CPU
+    /// and changes nothing; only its first pass counts.
+    Init(SchedSel),
+}
+
+/// A task's scheduling: its scheduler and the parameters it sets there. For priority
+/// inheritance, one is more important than another when its scheduler sits higher in
+/// the hierarchy; in the same scheduler, when its `priority` parameter is larger or its
+/// `deadline` parameter shorter (no other parameter orders tasks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedSel {
+    pub scheduler: Option<String>,
+    pub params: Vec<(String, i64)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -37,6 +37,7 @@ mod cpu;
 mod queue;
 mod report;
 mod swapping;
+mod sync;
 mod workload;
 
 use cpu::Cpu;
@@ -163,6 +164,9 @@ pub struct Sim {
     /// Per task: its registered behaviour (tasks of a kind the scenario language does not
     /// know; taken out while it runs).
     behaves: Vec<Option<Box<dyn Behave>>>,
+    /// Mutexes, condition variables, barriers and shared timers (engine/sync.rs), when
+    /// a task uses them.
+    sync: Option<Box<sync::SyncState>>,
 }
 
 impl Sim {
@@ -234,6 +238,7 @@ impl Sim {
             vt_last: Vec::new(),
             watchdog_at: None,
             behaves,
+            sync: sync::SyncState::of(&sc),
             sc: Arc::new(sc),
         };
         sim.queue_initial_events();

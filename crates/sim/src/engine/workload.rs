@@ -18,7 +18,7 @@ use vassal_core::{Block, CpuId, Job, Ns, Preempt, Reply, Request, Sender, TaskId
 use super::queue::{Ev, Timer};
 use super::{MarkKind, Sim, FOREVER};
 use crate::behave::Next;
-use crate::model::{Behaviour, Dist, Phase};
+use crate::model::{Behaviour, Dist, Phase, SyncOp};
 
 /// What the current burst of work is for, to record its response when it completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,9 +45,13 @@ pub(super) enum Work {
 pub(super) enum Wait {
     None,
     NotStarted,
-    Timer { voluntary: bool },
+    Timer {
+        voluntary: bool,
+    },
     Job,
     Interrupt,
+    /// A mutex, condition variable or barrier (engine/sync.rs).
+    Sync,
     Exited,
 }
 
@@ -317,19 +321,35 @@ impl Sim {
                     t.work = Work::Plain;
                     return Step::Run;
                 }
-                &Phase::RtTimer { period, relative, timer } => {
+                &Phase::RtTimer { period, relative, timer, shared } => {
                     self.metrics.iteration(i, false, now);
-                    let t = &mut self.tasks[i];
-                    if t.rt_timers.len() <= timer {
-                        t.rt_timers.resize(timer + 1, None);
+                    let timers = match (shared, self.sync.as_deref_mut()) {
+                        (true, Some(s)) => &mut s.timers,
+                        _ => &mut self.tasks[i].rt_timers,
+                    };
+                    if timers.len() <= timer {
+                        timers.resize(timer + 1, None);
                     }
-                    let next = t.rt_timers[timer].unwrap_or(now).saturating_add(period);
+                    let next = timers[timer].unwrap_or(now).saturating_add(period);
                     if now < next {
-                        t.rt_timers[timer] = Some(next);
+                        timers[timer] = Some(next);
                         return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
                     }
                     // late: no sleep (rt-app); relative mode restarts the timer from now
-                    t.rt_timers[timer] = Some(if relative { now } else { next });
+                    timers[timer] = Some(if relative { now } else { next });
+                }
+                Phase::Sync(op) => {
+                    // carried out on a CPU: a task reaching it while waking runs first
+                    let running = matches!(self.drv.disp.state(t.id), TaskState::Running(_));
+                    if !running && !matches!(op, SyncOp::Init(_)) {
+                        t.phase -= 1;
+                        t.remaining = 0;
+                        t.work = Work::Plain;
+                        return Step::Run;
+                    }
+                    if !self.sync_step(i, op) {
+                        return Step::Block { voluntary: true, wake_at: None, hand_off: None };
+                    }
                 }
                 Phase::HandOff { to, sleep } => {
                     let wake_at = now.saturating_add(sample(sleep, &mut t.rng));

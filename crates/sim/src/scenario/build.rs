@@ -806,5 +806,7 @@ pub(crate) fn phase_takes_time(p: &Phase) -> bool {
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
         Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,
+        // a task may block here, but need not (an uncontended lock, a barrier of one)
+        Phase::Sync(_) => false,
     }
 }
