@@ -345,10 +345,14 @@ impl Dispatcher {
     /// would ask that one first anyway. Dropping such requests keeps a lower policy that
     /// misjudges what runs where (e.g. a guest its owner dispatched) from livelocking a
     /// CPU with reschedules.
+    #[inline]
     fn drop_reschedules_over_higher(&mut self, idx: usize, from: usize) {
-        if idx == 0 || self.effects.len() == from {
-            return;
+        if idx != 0 && self.effects.len() != from {
+            self.drop_reschedules_over(idx, from);
         }
+    }
+
+    fn drop_reschedules_over(&mut self, idx: usize, from: usize) {
         let higher: Vec<SchedId> = self.scheds[..idx].iter().map(|s| s.id).collect();
         let (recs, cpus) = (&self.tasks.recs, &self.tasks.cpus);
         // `i` counts from the first effect: only those from `from` on are this call's.
@@ -405,7 +409,14 @@ impl Dispatcher {
     /// applies only if the scheduler that made it still owns the task (the task may have
     /// moved, or its scheduler been unregistered, since), and never to the default's own
     /// tasks (they are never guests).
+    #[inline]
     fn apply_exclusive(&mut self, now: Ns) {
+        if !self.pending_exclusive.is_empty() {
+            self.apply_pending_exclusive(now);
+        }
+    }
+
+    fn apply_pending_exclusive(&mut self, now: Ns) {
         while !self.pending_exclusive.is_empty() {
             let batch = std::mem::take(&mut self.pending_exclusive);
             let last = self.scheds.len() - 1;
