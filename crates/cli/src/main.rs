@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_lab::expect::Row;
+use vassal_lab::expect::{Compare, Row, Status};
 use vassal_lab::repro::{find_experiments, run_experiment_full};
 
 #[derive(Parser)]
@@ -359,14 +359,18 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
         bail!("no experiment matches {names:?} under {}", dir.display());
     }
     let mut rows: Vec<Row> = Vec::new();
+    let mut inconsistencies: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     let mut runs = Vec::new();
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f).to_string_lossy().replace('\\', "/");
         let file_matches = names.is_empty() || names.iter().any(|n| rel.starts_with(n.as_str()));
         let run = run_experiment_full(f, report.is_some()).map_err(anyhow::Error::msg)?;
-        for row in &run.rows {
+        for (row, e) in run.rows.iter().zip(&run.expects) {
             if file_matches || names.iter().any(|n| row.id.starts_with(n.as_str())) {
                 rows.push(row.clone());
+                if let Some(i) = &e.inconsistent {
+                    inconsistencies.insert(row.id.clone(), i.why.clone());
+                }
             }
         }
         if report.is_some() {
@@ -376,28 +380,38 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
     if let Some(file) = &report {
         report_cmd::repro(&runs, &dir, file)?;
     }
-    let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
-    let differ: Vec<&Row> = rows.iter().filter(|r| r.known_difference.is_some()).collect();
+    let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
+    let failed = count(Status::Fail);
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{:<44} {:>12} {:>12} {:>10}  result", "id", "paper", "ours", "tolerance");
+        println!("{:<44} {:>8} {:>12} {:>12} {:>10}  result", "id", "cmp", "paper", "ours", "tolerance");
         for r in &rows {
-            let result = match (r.pass, &r.known_difference) {
-                (true, _) => "pass",
-                (false, Some(_)) => "DIFFERS (known, below)",
-                (false, None) => "FAIL",
+            let cmp = match r.cmp {
+                Compare::Within => "within",
+                Compare::AtMost => "at most",
+                Compare::AtLeast => "at least",
             };
-            println!("{:<44} {:>12.4} {:>12.4} {:>10.4}  {result}", r.id, r.paper, r.ours, r.tolerance);
+            let result = match r.status {
+                Status::Differs => "DIFFERS (known, below)".to_string(),
+                Status::Inconsistent => format!("INCONSISTENT (the paper's numbers give {:.4}, below)", r.implies.unwrap_or(f64::NAN)),
+                s => s.word().to_string(),
+            };
+            println!("{:<44} {cmp:>8} {:>12.4} {:>12.4} {:>10.4}  {result}", r.id, r.paper, r.ours, r.tolerance);
         }
-        for r in &differ {
+        for r in rows.iter().filter(|r| r.status == Status::Differs) {
             println!("\n{}: ours differs from the paper: {}", r.id, r.known_difference.as_deref().unwrap_or_default());
         }
+        for r in rows.iter().filter(|r| r.status == Status::Inconsistent) {
+            let why = inconsistencies.get(&r.id).map(String::as_str).unwrap_or_default();
+            println!("\n{}: the paper contradicts itself: {why}", r.id);
+        }
         println!(
-            "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} fail",
+            "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} where the paper contradicts itself (asserted), {} fail",
             rows.len(),
-            rows.len() - failed - differ.len(),
-            differ.len(),
+            count(Status::Pass),
+            count(Status::Differs),
+            count(Status::Inconsistent),
             failed
         );
     }

@@ -9,11 +9,14 @@
 //! metric = "tasks.share.spread"      # what to measure (the metric language: `metric.rs`)
 //! paper = 0.0                        # the paper's (or textbook's) value
 //! tolerance = 0.01                   # allowed difference
-//! compare = "abs"                    # "abs": |ours - paper| <= tolerance (default)
+//! compare = "within"                 # "within": |ours - paper| <= tolerance (default)
 //!                                    # "at_most": ours <= paper + tolerance
 //!                                    # "at_least": ours >= paper - tolerance
 //! why = "RR gives equal shares; 1% covers the last partial quantum"
 //! known_difference = "..."           # optional: ours is known to differ, and why
+//! inconsistent = { implies = 5.0, why = "..." }  # optional: the paper contradicts
+//!                                    # itself; ours is judged against what its own
+//!                                    # numbers imply
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -42,9 +45,7 @@ fn read_experiment(path: &Path) -> Result<(String, toml::Table, Vec<Expect>), St
         return Err(format!("{}: an experiment needs at least one [[expect]] row", path.display()));
     }
     for e in &parsed.expect {
-        if !e.paper.is_finite() || !e.tolerance.is_finite() || e.tolerance < 0.0 {
-            return Err(format!("{}: expect '{}': paper and tolerance must be finite, tolerance >= 0", path.display(), e.id));
-        }
+        e.validate().map_err(|m| format!("{}: {m}", path.display()))?;
     }
     Ok((text, table, parsed.expect))
 }
