@@ -361,6 +361,9 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
     let mut rows: Vec<Row> = Vec::new();
     let mut inconsistencies: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     let mut runs = Vec::new();
+    // Per experiment: its file, its control (name), and how many of its rows pass for ours
+    // and fail under the control.
+    let mut controls: Vec<(String, Option<String>, usize)> = Vec::new();
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f).to_string_lossy().replace('\\', "/");
         let file_matches = names.is_empty() || names.iter().any(|n| rel.starts_with(n.as_str()));
@@ -373,6 +376,8 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
                 }
             }
         }
+        let told_apart = run.rows.iter().filter(|r| r.tells_control_apart()).count();
+        controls.push((rel.clone(), run.control.as_ref().map(|c| format!("{} ({})", c.name, c.why)), told_apart));
         if report.is_some() {
             runs.push(run);
         }
@@ -385,7 +390,7 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{:<44} {:>8} {:>12} {:>12} {:>10}  result", "id", "cmp", "paper", "ours", "tolerance");
+        println!("{:<44} {:>8} {:>12} {:>12} {:>10} {:>19}  result", "id", "cmp", "paper", "ours", "tolerance", "control");
         for r in &rows {
             let cmp = match r.cmp {
                 Compare::Within => "within",
@@ -397,7 +402,11 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
                 Status::Inconsistent => format!("INCONSISTENT (the paper's numbers give {:.4}, below)", r.implies.unwrap_or(f64::NAN)),
                 s => s.word().to_string(),
             };
-            println!("{:<44} {cmp:>8} {:>12.4} {:>12.4} {:>10.4}  {result}", r.id, r.paper, r.ours, r.tolerance);
+            let control = match (r.control, r.control_pass) {
+                (Some(v), Some(p)) => format!("{v:.4} {}", if p { "(pass)" } else { "(fail)" }),
+                _ => "-".into(),
+            };
+            println!("{:<44} {cmp:>8} {:>12.4} {:>12.4} {:>10.4} {control:>19}  {result}", r.id, r.paper, r.ours, r.tolerance);
         }
         for r in rows.iter().filter(|r| r.status == Status::Differs) {
             println!("\n{}: ours differs from the paper: {}", r.id, r.known_difference.as_deref().unwrap_or_default());
@@ -405,6 +414,13 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
         for r in rows.iter().filter(|r| r.status == Status::Inconsistent) {
             let why = inconsistencies.get(&r.id).map(String::as_str).unwrap_or_default();
             println!("\n{}: the paper contradicts itself: {why}", r.id);
+        }
+        println!("\nControls (the policy the paper contrasts, run on the same experiment; \"control\" above):");
+        for (file, control, told_apart) in &controls {
+            match control {
+                Some(c) => println!("  {file}: {c}: {told_apart} row(s) pass for ours and fail under it"),
+                None => println!("  {file}: no control"),
+            }
         }
         println!(
             "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} where the paper contradicts itself (asserted), {} fail",
@@ -415,5 +431,10 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
             failed
         );
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    // A control that no row tells apart from ours: the experiment's rows cannot fail.
+    let vacuous: Vec<&str> = controls.iter().filter(|(_, c, n)| c.is_some() && *n == 0).map(|(f, _, _)| f.as_str()).collect();
+    if !vacuous.is_empty() {
+        eprintln!("error: no row tells ours from the control in: {}", vacuous.join(", "));
+    }
+    Ok(if failed == 0 && vacuous.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -131,9 +131,25 @@ pub struct Row {
     /// What the paper's own numbers give, where it contradicts itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub implies: Option<f64>,
+    /// The same row's value under the experiment's control (the policy the paper
+    /// contrasts), where it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<f64>,
+    /// Whether the control's value meets the row (pass, or what the paper's numbers
+    /// imply where it contradicts itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_pass: Option<bool>,
     /// The explanation of a known difference from the paper (not in the JSON).
     #[serde(skip)]
     pub known_difference: Option<String>,
+}
+
+impl Row {
+    /// True if ours meets the row (it passes, or asserts the paper's inconsistency) and
+    /// the experiment's control does not: the row tells the two apart.
+    pub fn tells_control_apart(&self) -> bool {
+        matches!(self.status, Status::Pass | Status::Inconsistent) && self.control_pass == Some(false)
+    }
 }
 
 impl Expect {
@@ -189,9 +205,36 @@ impl Expect {
             cmp: self.compare,
             status,
             implies: self.inconsistent.as_ref().map(|i| i.implies),
+            control: None,
+            control_pass: None,
             known_difference: if status == Status::Differs { self.known_difference.clone() } else { None },
         }
     }
+}
+
+/// An experiment's control (`[control]`): the policy the paper contrasts, run on the same
+/// experiment and judged by the same rows, printed beside ours (docs/repro.md).
+///
+/// ```toml
+/// [control]
+/// name = "linux22"                          # what the control is
+/// why = "§4.1 contrasts BVT with Linux 2.2"  # why this one
+/// set = { "default.policy" = "linux22", "task.mpeg.params" = {} }   # key paths (docs/sweep.md)
+/// replace = { "sched.bvt_diff" = "wrr" }    # sweeps: AXIS.VALUE takes OTHER's settings
+/// file = "table1-linux.toml"                # or: another experiment's scenario (its rows ignored)
+/// ```
+#[derive(Clone, Debug)]
+pub struct Control {
+    pub name: String,
+    pub why: String,
+    /// Another experiment file (relative to this one) whose scenario (or computation)
+    /// the control runs instead, `set` applied on top; not for sweeps.
+    pub file: Option<PathBuf>,
+    /// Settings applied to the experiment (a sweep: to every variant, after its own; a
+    /// computed experiment: paths start with `computed.`).
+    pub set: Vec<(String, toml::Value)>,
+    /// A sweep's values replaced by another value of the same axis.
+    pub replace: Vec<(String, String)>,
 }
 
 /// A simulated experiment's run, kept for reports.
@@ -214,6 +257,8 @@ pub struct ExperimentRun {
     pub run: Option<SimRun>,
     /// A sweep's plots (inline SVG), one per metric it lists.
     pub plots: Vec<String>,
+    /// The experiment's control, whose values are in the rows' `control`.
+    pub control: Option<Control>,
 }
 
 #[cfg(test)]

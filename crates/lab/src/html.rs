@@ -306,7 +306,15 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
             if !r.description.is_empty() {
                 let _ = writeln!(b, "<pre class=desc>{}</pre>", esc(&r.description));
             }
-            b.push_str("<table><tr><th>id</th><th>metric</th><th class=num>paper</th><th class=num>ours</th><th class=num>tolerance</th><th>result</th><th>why</th></tr>\n");
+            if let Some(c) = &r.control {
+                let _ = writeln!(
+                    b,
+                    "<p><b>Control:</b> {} — {} The <i>control</i> column is each row's value under it (pass or fail by the row's own test).</p>",
+                    esc(&c.name),
+                    esc(&c.why)
+                );
+            }
+            b.push_str("<table><tr><th>id</th><th>metric</th><th class=num>paper</th><th class=num>ours</th><th class=num>tolerance</th><th>result</th><th class=num>control</th><th>why</th></tr>\n");
             for (e, row) in r.expects.iter().zip(&r.rows) {
                 let (word, class) = verdict(row.status);
                 let tol = row.cmp.describe(&num(row.tolerance));
@@ -318,14 +326,19 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
                     let _ =
                         write!(why, "<br><b>The paper contradicts itself:</b> its own numbers give {}: {}", num(i.implies), esc(&i.why));
                 }
+                let control = match (row.control, row.control_pass) {
+                    (Some(v), Some(p)) => format!("{} ({})", num(v), if p { "pass" } else { "fail" }),
+                    _ => "–".into(),
+                };
                 let _ = writeln!(
                     b,
-                    "<tr class={class}><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{word}</td><td class=why>{why}</td></tr>",
+                    "<tr class={class}><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{word}</td><td class=num>{}</td><td class=why>{why}</td></tr>",
                     esc(&row.id),
                     esc(&e.metric),
                     num(row.paper),
                     num(row.ours),
-                    esc(&tol)
+                    esc(&tol),
+                    esc(&control)
                 );
             }
             b.push_str("</table>\n");

@@ -41,6 +41,9 @@ pub(super) struct RawScenario {
     pub(super) _plot: Option<toml::Value>,
     #[serde(default, rename = "seeds")]
     pub(super) _seeds: Option<toml::Value>,
+    /// An experiment's control run (docs/repro.md); read by `repro`.
+    #[serde(default, rename = "control")]
+    pub(super) _control: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
