@@ -28,11 +28,30 @@ pub enum ClockMode {
 }
 
 /// Unscheduled time (interrupts, DPCs): on each CPU, gaps drawn from `interval`, each
-/// stealing `duration` from whatever runs.
+/// stealing `duration` from whatever runs; and as many further independent sources as
+/// `also` lists (e.g. paper 000's rare ~0.5 ms stretches beside the frequent short ones).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unscheduled {
     pub interval: Dist,
     pub duration: Dist,
+    pub also: Vec<UnscheduledSource>,
+}
+
+/// One further source of unscheduled time: gaps from `interval`, stretches from `duration`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnscheduledSource {
+    pub interval: Dist,
+    pub duration: Dist,
+}
+
+impl Unscheduled {
+    /// Source `k`'s (interval, duration): 0 is the first, then `also` in order.
+    pub fn source(&self, k: usize) -> Option<(&Dist, &Dist)> {
+        match k {
+            0 => Some((&self.interval, &self.duration)),
+            _ => self.also.get(k - 1).map(|s| (&s.interval, &s.duration)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

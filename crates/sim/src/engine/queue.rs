@@ -28,7 +28,8 @@ pub(super) enum Ev {
     CpuTimer(u16),
     Tick,
     Interrupt(usize),
-    Unscheduled(u16),
+    /// Unscheduled time on a CPU from one of its sources (`Unscheduled::source`).
+    Unscheduled(u16, u16),
     /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up;
     /// timer [`Timer::Swap`]).
     Swap,
@@ -99,8 +100,11 @@ impl Sim {
         }
         if let Some(u) = &sc.machine.unscheduled {
             for c in 0..self.cpus.len() {
-                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
-                self.push(gap, Ev::Unscheduled(c as u16));
+                for k in 0..=u.also.len() {
+                    let Some((interval, _)) = u.source(k) else { continue };
+                    let gap = sample(interval, &mut self.cpu_rngs[c]).max(1);
+                    self.push(gap, Ev::Unscheduled(c as u16, k as u16));
+                }
             }
         }
     }
@@ -147,16 +151,17 @@ impl Sim {
             Ev::Swap => self.swap_event(),
             Ev::Behave(i, key) => self.behave_timer(i, key),
             Ev::Watchdog => self.watchdog_at = None,
-            Ev::Unscheduled(c) => {
+            Ev::Unscheduled(c, k) => {
                 let c = c as usize;
                 self.settle(c);
-                let Some(u) = self.sc.machine.unscheduled.as_ref() else { return };
-                let dur = sample(&u.duration, &mut self.cpu_rngs[c]);
-                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
+                let sc = Arc::clone(&self.sc);
+                let Some((interval, duration)) = sc.machine.unscheduled.as_ref().and_then(|u| u.source(k as usize)) else { return };
+                let dur = sample(duration, &mut self.cpu_rngs[c]);
+                let gap = sample(interval, &mut self.cpu_rngs[c]).max(1);
                 let cpu = &mut self.cpus[c];
                 cpu.busy_until = cpu.busy_until.max(self.now).saturating_add(dur);
                 self.replan(c);
-                self.push(self.now.saturating_add(gap), Ev::Unscheduled(c as u16));
+                self.push(self.now.saturating_add(gap), Ev::Unscheduled(c as u16, k));
             }
         }
     }

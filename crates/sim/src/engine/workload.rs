@@ -18,7 +18,7 @@ use vassal_core::{Block, CpuId, Job, Ns, Preempt, Reply, Request, Sender, TaskId
 use super::queue::{Ev, Timer};
 use super::{MarkKind, Sim, FOREVER};
 use crate::behave::Next;
-use crate::model::{Behaviour, Dist, Phase};
+use crate::model::{Behaviour, ClockMode, Dist, Phase};
 
 /// What the current burst of work is for, to record its response when it completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,15 +296,26 @@ impl Sim {
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
                 }
                 &Phase::Timer(period) => {
+                    // A periodic timer is a signalled object (an NT periodic timer, paper
+                    // 000 §6; Linux's timerfd): each expiry signals it, and a wait on a
+                    // signalled timer completes at once. Expiries that passed while the
+                    // task was busy leave one signal, not a count: the wait completes at
+                    // once and the next is for the first expiry after now. Under the tick
+                    // clock an expiry signals at the tick that services it.
                     self.metrics.iteration(i, false, now);
+                    let period = period.max(1);
+                    let serviced = match self.sc.machine.clock {
+                        ClockMode::OneShot => now,
+                        ClockMode::Tick => now - now % self.tick.max(1),
+                    };
                     let t = &mut self.tasks[i];
-                    let mut target = t.timer_target.map_or(now, |p| p).saturating_add(period);
-                    if target < now {
-                        // missed expiries are skipped: the next one after now
-                        target = target.saturating_add((now - target).div_ceil(period.max(1)).saturating_mul(period));
+                    let target = t.timer_target.map_or(now, |p| p).saturating_add(period);
+                    if target > serviced {
+                        t.timer_target = Some(target);
+                        return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
                     }
-                    t.timer_target = Some(target);
-                    return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
+                    // Signalled already: consume it (and every expiry serviced up to now).
+                    t.timer_target = Some(target.saturating_add((serviced - target) / period * period));
                 }
                 Phase::Yield => {
                     t.remaining = 0;

@@ -18,7 +18,7 @@ use super::{ScenarioError, Source, DEFAULT_HZ, DEFAULT_POLICY, DEFAULT_SCHEDULER
 use crate::memory::Placement;
 use crate::model::{
     Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, OtherKind, OtherParam, Phase, PolicySpec, Scenario, SchedulerSpec,
-    SendSpec, TaskSpec, Unscheduled,
+    SendSpec, TaskSpec, Unscheduled, UnscheduledSource,
 };
 use crate::swap::{MemoryConfig, SwapIn, SwapOut};
 
@@ -382,7 +382,15 @@ impl Builder<'_> {
                 if !positive_mean(&interval) {
                     return Err(self.err(u.interval.span(), "unscheduled interval must have a mean greater than 0"));
                 }
-                Some(Unscheduled { interval, duration: u.duration.0.clone() })
+                let mut also = Vec::new();
+                for a in &u.also {
+                    let interval = a.interval.get_ref().0.clone();
+                    if !positive_mean(&interval) {
+                        return Err(self.err(a.interval.span(), "unscheduled interval must have a mean greater than 0"));
+                    }
+                    also.push(UnscheduledSource { interval, duration: a.duration.0.clone() });
+                }
+                Some(Unscheduled { interval, duration: u.duration.0.clone(), also })
             }
         };
         Ok(Machine {

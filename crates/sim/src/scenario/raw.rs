@@ -77,6 +77,15 @@ pub(super) struct RawMemory {
 pub(super) struct RawUnscheduled {
     pub(super) interval: Spanned<DistV>,
     pub(super) duration: DistV,
+    #[serde(default)]
+    pub(super) also: Vec<RawUnscheduledSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUnscheduledSource {
+    pub(super) interval: Spanned<DistV>,
+    pub(super) duration: DistV,
 }
 
 #[derive(Deserialize)]
