@@ -137,6 +137,14 @@ pub enum Phase {
         relative: bool,
         timer: usize,
     },
+    /// A disk transfer of this length on the named drive ([`crate::disk`]): the task
+    /// queues behind the drive's other requests (one is served at a time) and sleeps
+    /// until its own ends; a short I/O to the swap scheduler, locked in memory while its
+    /// transfer is under way (V7 `physio`).
+    Io {
+        disk: String,
+        time: Dist,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -37,6 +37,8 @@ pub(super) enum Ev {
     Behave(usize, u32),
     /// A contained module's watchdog may fire now (see `Sim::contain`).
     Watchdog,
+    /// A disk drive's transfer ended (timer [`Timer::Disk`]).
+    DiskDone(usize),
 }
 
 /// The keys of the engine's timers that are re-armed or cancelled: each names at most
@@ -47,6 +49,7 @@ pub(super) enum Timer {
     Wake(usize),
     Swap,
     Behave(usize, u32),
+    Disk(usize),
 }
 
 impl Sim {
@@ -151,6 +154,7 @@ impl Sim {
             Ev::Swap => self.swap_event(),
             Ev::Behave(i, key) => self.behave_timer(i, key),
             Ev::Watchdog => self.watchdog_at = None,
+            Ev::DiskDone(d) => self.disk_done(d),
             Ev::Unscheduled(c, k) => {
                 let c = c as usize;
                 self.settle(c);

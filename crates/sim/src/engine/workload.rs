@@ -45,9 +45,13 @@ pub(super) enum Work {
 pub(super) enum Wait {
     None,
     NotStarted,
-    Timer { voluntary: bool },
+    Timer {
+        voluntary: bool,
+    },
     Job,
     Interrupt,
+    /// A disk transfer, queued or under way ([`crate::disk`]).
+    Io,
     Exited,
 }
 
@@ -71,6 +75,8 @@ pub(super) struct SimTask {
     pub(super) run_until: Option<Ns>,
     /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
     pub(super) rt_timers: Vec<Option<Ns>>,
+    /// A disk transfer the task asked for as it blocked, not yet queued: (drive, time).
+    pub(super) io: Option<(usize, Ns)>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -274,6 +280,13 @@ impl Sim {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
                 }
+                Phase::Io { disk, time } => {
+                    let service = sample(time, &mut t.rng);
+                    // Drives are indexed when the simulation is built: every name is there.
+                    let d = self.disk_index.get(disk).copied().unwrap_or(0);
+                    self.tasks[i].io = Some((d, service));
+                    return Step::Block { voluntary: true, wake_at: None, hand_off: None };
+                }
                 Phase::Terminal(d) => {
                     t.waiting = true;
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
@@ -464,7 +477,8 @@ impl Sim {
             }
             Step::Block { voluntary, wake_at, .. } => {
                 self.swap_blocked(i);
-                self.arm_wait(i, voluntary, wake_at)
+                self.arm_wait(i, voluntary, wake_at);
+                self.start_io(i);
             }
             Step::Exit => self.exit(i),
         }
@@ -501,6 +515,7 @@ impl Sim {
                 if wake_at.is_some() {
                     self.arm_wait(i, voluntary, wake_at);
                 }
+                self.start_io(i);
                 let handed = hand_off.and_then(|h| self.drv.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
                 match handed {
                     Some(d) => {
@@ -516,6 +531,10 @@ impl Sim {
     }
 
     pub(super) fn exit(&mut self, i: usize) {
+        self.tasks[i].io = None;
+        for d in &mut self.disks {
+            d.forget(i);
+        }
         self.swap_exit(i);
         self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
@@ -695,6 +714,7 @@ impl Sim {
                         self.metrics.blocked(i);
                         self.mark(i, MarkKind::Block);
                         self.arm_wait(i, voluntary, wake_at);
+                        self.start_io(i);
                     }
                     Step::Exit => self.exit(i),
                 }

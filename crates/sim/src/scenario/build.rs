@@ -306,6 +306,30 @@ impl Builder<'_> {
             if choice(&mr.swap_in, "swap_in", &["standard", "priority"])? == "priority" { SwapIn::Priority } else { SwapIn::Standard };
         let swap_out =
             if choice(&mr.swap_out, "swap_out", &["standard", "mouse"])? == "mouse" { SwapOut::Mouse } else { SwapOut::Standard };
+        let nproc = match &mr.nproc {
+            None => tasks.len() as u64,
+            Some(n) if *n.get_ref() >= tasks.len() as i64 && *n.get_ref() <= 100_000 => *n.get_ref() as u64,
+            Some(n) => {
+                return Err(self.err(
+                    n.span(),
+                    format!(
+                        "nproc (the process table's size) must be from the number of tasks ({}) to 100000, found {}",
+                        tasks.len(),
+                        n.get_ref()
+                    ),
+                ))
+            }
+        };
+        let dma_steal_ppm = match &mr.dma_steal {
+            None => 0,
+            Some(f) if (0.0..=1.0).contains(&f.get_ref().0) => (f.get_ref().0 * 1e6).round() as u64,
+            Some(f) => return Err(self.err(f.span(), format!("dma_steal is a fraction of the CPU from 0 to 1, found {}", f.get_ref().0))),
+        };
+        let u_area_kb = match &mr.u_area_kb {
+            None => 0,
+            Some(u) if (0..=size_kb as i64).contains(u.get_ref()) => *u.get_ref() as u64,
+            Some(u) => return Err(self.err(u.span(), format!("u_area_kb must be from 0 to the memory size, found {}", u.get_ref()))),
+        };
         let config = MemoryConfig {
             size_kb,
             placement,
@@ -315,6 +339,11 @@ impl Builder<'_> {
             min_resident: mr.min_resident.map_or(2 * vassal_core::SEC, |d| d.0),
             swap_in,
             swap_out,
+            scan_entry: mr.scan_entry.map_or(0, |d| d.0),
+            nproc,
+            dma_steal_ppm,
+            min_swapped_out: mr.min_swapped_out.map_or(0, |d| d.0),
+            wake_on_ready: mr.wake_on_ready.unwrap_or(false),
         };
         // Sizes, task by task in file order (a count group's copies are consecutive).
         let mut sizes = Vec::with_capacity(tasks.len());
@@ -330,12 +359,15 @@ impl Builder<'_> {
             if list.is_empty() {
                 return Err(self.err(sv.span(), "size_kb list is empty; expected one or more sizes in KB"));
             }
-            if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 > size_kb) {
+            if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 + u_area_kb > size_kb) {
+                let less = if u_area_kb > 0 { format!(" less the u-area ({u_area_kb} KB)") } else { String::new() };
                 return Err(
-                    self.err(sv.span(), format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB)"))
+                    self.err(sv.span(), format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB){less}"))
                 );
             }
-            sizes.extend((0..copies).map(|k| list[k % list.len()] as u64));
+            // Every image carries its u-area (V7: the per-process `user` structure and
+            // kernel stack, swapped with the data segment).
+            sizes.extend((0..copies).map(|k| list[k % list.len()] as u64 + u_area_kb));
         }
         debug_assert_eq!(sizes.len(), tasks.len());
         Ok(Some(Memory { config, sizes }))
@@ -642,11 +674,12 @@ impl Builder<'_> {
             ("hand_off", raw.hand_off.as_ref().map(Spanned::span)),
             ("terminal", raw.terminal.as_ref().map(Spanned::span)),
             ("times", raw.times.as_ref().map(Spanned::span)),
+            ("io", raw.io.as_ref().map(Spanned::span)),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times";
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io";
         match given.as_slice() {
             [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
             [_] => {}
@@ -686,6 +719,13 @@ impl Builder<'_> {
         }
         if let Some(d) = &raw.terminal {
             return Ok(Phase::Terminal(d.get_ref().0.clone()));
+        }
+        if let Some(io) = &raw.io {
+            let io = io.get_ref();
+            if io.disk.get_ref().is_empty() {
+                return Err(self.err(io.disk.span(), "io needs a disk name, e.g. disk = \"rl1\""));
+            }
+            return Ok(Phase::Io { disk: io.disk.get_ref().clone(), time: io.time.0.clone() });
         }
         if let Some(n) = &raw.times {
             let k = *n.get_ref();
@@ -808,7 +848,9 @@ impl Builder<'_> {
 
 pub(crate) fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) => positive_mean(d),
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) | Phase::Io { time: d, .. } => {
+            positive_mean(d)
+        }
         Phase::Times(_) => false,
         Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),

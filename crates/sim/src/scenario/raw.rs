@@ -70,6 +70,12 @@ pub(super) struct RawMemory {
     pub(super) min_resident: Option<Dur>,
     pub(super) swap_in: Option<Spanned<String>>,
     pub(super) swap_out: Option<Spanned<String>>,
+    pub(super) scan_entry: Option<Dur>,
+    pub(super) nproc: Option<Spanned<i64>>,
+    pub(super) dma_steal: Option<Spanned<Finite>>,
+    pub(super) min_swapped_out: Option<Dur>,
+    pub(super) wake_on_ready: Option<bool>,
+    pub(super) u_area_kb: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -214,6 +220,15 @@ pub(super) struct RawPhase {
     pub(super) hand_off: Option<Spanned<RawHandOff>>,
     pub(super) terminal: Option<Spanned<DistV>>,
     pub(super) times: Option<Spanned<i64>>,
+    pub(super) io: Option<Spanned<RawIo>>,
+}
+
+/// `{ io = { disk = "rl1", time = ... } }`: a transfer on a drive.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIo {
+    pub(super) disk: Spanned<String>,
+    pub(super) time: DistV,
 }
 
 #[derive(Deserialize)]
