@@ -16,10 +16,6 @@ fn experiments() -> (PathBuf, Vec<PathBuf>) {
     (dir, files)
 }
 
-/// Experiments whose rows the control cannot fail yet: the mechanisms of issue 19's
-/// later items are not modelled yet. Each must still have none (so the list shrinks).
-const PENDING: &[&str] = &["bvt/table2-linux.toml", "bvt/table3-bvt.toml", "bvt/table4.toml"];
-
 #[test]
 fn every_experiment_runs_a_control_that_some_row_fails() {
     let (dir, files) = experiments();
@@ -30,18 +26,12 @@ fn every_experiment_runs_a_control_that_some_row_fails() {
         let control = run.control.as_ref().unwrap_or_else(|| panic!("{rel} has no [control]"));
         assert!(run.rows.iter().all(|r| r.control.is_some()), "{rel}: a row has no control value");
         let told = run.rows.iter().filter(|r| r.tells_control_apart()).count();
-        if PENDING.contains(&rel.as_str()) {
-            assert_eq!(told, 0, "{rel} now has a row failing under its control: take it off PENDING");
-        } else if told == 0 {
+        if told == 0 {
             vacuous.push(format!("{rel} (control {})", control.name));
         }
     }
     assert!(vacuous.is_empty(), "no row of these fails under their control: {vacuous:?}");
 }
-
-/// Rows that rest on one random run and do not yet keep their status: the mechanism that
-/// bounds them is issue 19's later work. Each must still be unstable (so the list shrinks).
-const PENDING_SEEDS: &[&str] = &["bvt.table2.bvt.frames"];
 
 #[test]
 fn a_row_keeps_its_status_for_nine_of_seeds_1_to_10() {
@@ -62,9 +52,7 @@ fn a_row_keeps_its_status_for_nine_of_seeds_1_to_10() {
             }
         }
         for (k, row) in run.rows.iter().enumerate() {
-            if PENDING_SEEDS.contains(&row.id.as_str()) {
-                assert!(same[k] < 9, "{} now keeps its status: take it off PENDING_SEEDS", row.id);
-            } else if same[k] < 9 {
+            if same[k] < 9 {
                 unstable.push(format!(
                     "{rel}: {} is {:?} at the file's seed, {}/10 of seeds 1-10 agree: {:?}",
                     row.id, row.status, same[k], seen[k]

@@ -161,12 +161,15 @@ pub enum Behaviour {
     /// ran past it. A frame shown more than `late_after` after its ideal time is late. A
     /// late player slows down (the next ideal time follows the late display) rather than
     /// catching up. Frames count as jobs: met = on time, missed = late.
-    Player { period: Ns, offset: Ns, exec: Dist, late_after: Ns },
+    /// `read`: before decoding each frame it reads its data, a transfer of this length on
+    /// the named drive ([`crate::disk`]), queued behind the drive's other requests.
+    Player { period: Ns, offset: Ns, exec: Dist, late_after: Ns, read: Option<(String, Dist)> },
     /// Bursts of CPU separated by think time (blocked, voluntary); response = burst
     /// completion − burst start.
     Interactive { burst: Dist, think: Dist },
-    /// Alternates running and sleeping.
-    Io { run: Dist, sleep: Dist, voluntary: bool },
+    /// Alternates running and sleeping; with `disk`, each sleep is a transfer of that
+    /// length on the named drive ([`crate::disk`]), queued behind its other requests.
+    Io { run: Dist, sleep: Dist, voluntary: bool, disk: Option<String> },
     /// Phases in order; `repeat` loops them, else the task exits after the last.
     Script { phases: Vec<Phase>, repeat: bool },
     /// An interrupt handler thread: blocked until an interrupt on `vector` is delivered,

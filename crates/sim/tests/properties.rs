@@ -364,9 +364,9 @@ fn build(raw: &RawScenario) -> Scenario {
                     jobs: *jobs,
                 },
                 RawBeh::Interactive(b, th) => Behaviour::Interactive { burst: b.clone(), think: th.clone() },
-                RawBeh::Io(r, s, v) => Behaviour::Io { run: r.clone(), sleep: s.clone(), voluntary: *v },
+                RawBeh::Io(r, s, v) => Behaviour::Io { run: r.clone(), sleep: s.clone(), voluntary: *v, disk: None },
                 RawBeh::Handler(v, w) => Behaviour::Handler { vector: *v, work: w.clone() },
-                RawBeh::Player(p, e, l) => Behaviour::Player { period: *p, offset: 0, exec: e.clone(), late_after: *l },
+                RawBeh::Player(p, e, l) => Behaviour::Player { period: *p, offset: 0, exec: e.clone(), late_after: *l, read: None },
                 RawBeh::Script(phases, repeat) => {
                     let mut out: Vec<Phase> = phases
                         .iter()
@@ -647,7 +647,7 @@ proptest! {
 /// A different seed may give a different run (it is used); the same one never does.
 #[test]
 fn the_seed_drives_the_random_draws() {
-    let io = |n: &str| task(n, Behaviour::Io { run: Dist::Exp(MS), sleep: Dist::Exp(3 * MS), voluntary: true });
+    let io = |n: &str| task(n, Behaviour::Io { run: Dist::Exp(MS), sleep: Dist::Exp(3 * MS), voluntary: true, disk: None });
     let mut sc = scenario(machine(2, ClockMode::OneShot, 0, 5 * US, 0), rr(2 * MS), vec![io("a"), io("b"), io("c")], 200 * MS);
     let a = run_checked(sc.clone());
     let b = run_checked(sc.clone());

@@ -247,7 +247,7 @@ warp = true
         Behaviour::Periodic { period: 10 * MS, offset: MS, exec: Dist::Normal(2 * MS, 100 * US), deadline: 20 * MS, jobs: Some(100) }
     );
     assert_eq!(s.tasks[4].behaviour, Behaviour::Interactive { burst: Dist::Exp(5 * MS), think: Dist::Uniform(50 * MS, 150 * MS) });
-    assert_eq!(s.tasks[5].behaviour, Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false });
+    assert_eq!(s.tasks[5].behaviour, Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false, disk: None });
     assert_eq!(s.tasks[6].behaviour, Behaviour::Handler { vector: 3, work: Dist::Const(50 * US) });
     let Behaviour::Script { phases, repeat } = &s.tasks[7].behaviour else { panic!() };
     assert!(repeat);

@@ -139,7 +139,7 @@ fn behaviour(rng: &mut ChaCha8Rng, me: usize) -> Behaviour {
             }
         }
         12..=26 => Behaviour::Interactive { burst: d(rng, 100 * US, 2 * MS), think: d(rng, 50 * MS, 500 * MS) },
-        27..=41 => Behaviour::Io { run: d(rng, 50 * US, MS), sleep: d(rng, 20 * MS, 200 * MS), voluntary: rng.gen() },
+        27..=41 => Behaviour::Io { run: d(rng, 50 * US, MS), sleep: d(rng, 20 * MS, 200 * MS), voluntary: rng.gen(), disk: None },
         42..=46 => Behaviour::Handler { vector: rng.gen_range(0..4), work: d(rng, 10 * US, 100 * US) },
         _ => {
             // Scripts: they join and leave schedulers as they go, and always sleep

@@ -14,14 +14,21 @@ use crate::model::{Behaviour, Phase, Scenario};
 /// Every drive the scenario's tasks name, in order of first mention.
 pub(super) fn index(sc: &Scenario) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
+    let mut add = |disk: &String| {
+        let n = out.len();
+        out.entry(disk.clone()).or_insert(n);
+    };
     for t in &sc.tasks {
-        if let Behaviour::Script { phases, .. } = &t.behaviour {
-            for p in phases {
-                if let Phase::Io { disk, .. } = p {
-                    let n = out.len();
-                    out.entry(disk.clone()).or_insert(n);
+        match &t.behaviour {
+            Behaviour::Script { phases, .. } => {
+                for p in phases {
+                    if let Phase::Io { disk, .. } = p {
+                        add(disk);
+                    }
                 }
             }
+            Behaviour::Io { disk: Some(disk), .. } | Behaviour::Player { read: Some((disk, _)), .. } => add(disk),
+            _ => {}
         }
     }
     out

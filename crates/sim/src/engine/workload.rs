@@ -202,14 +202,25 @@ impl Sim {
                     Step::Block { voluntary: true, wake_at: None, hand_off: None }
                 }
             }
-            Behaviour::Player { period, offset, exec, .. } => {
+            Behaviour::Player { period, offset, exec, read, .. } => {
                 // phase 2: the decoded frame waits for its display time (the next ideal
-                // time minus one period); otherwise decode the next frame.
+                // time minus one period); phase 3: the next frame's data has been read;
+                // otherwise read it (if the player reads from a drive), then decode it.
                 if t.phase == 2 {
                     t.phase = 1;
                     let show = t.timer_target.map_or(now, |next| next - period);
                     return Step::Block { voluntary: true, wake_at: Some(show), hand_off: None };
                 }
+                if let Some((disk, d)) = read {
+                    if t.phase != 3 {
+                        t.phase = 3;
+                        let service = sample(d, &mut t.rng);
+                        let k = self.disk_index.get(disk).copied().unwrap_or(0);
+                        self.tasks[i].io = Some((k, service));
+                        return Step::Block { voluntary: true, wake_at: None, hand_off: None };
+                    }
+                }
+                let t = &mut self.tasks[i];
                 t.phase = 1;
                 let ideal = *t.timer_target.get_or_insert(now.saturating_add(*offset).saturating_add(*period));
                 t.remaining = sample(exec, &mut t.rng);
@@ -227,7 +238,20 @@ impl Sim {
                     Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None }
                 }
             }
-            Behaviour::Io { run, sleep, voluntary } => {
+            Behaviour::Io { run, sleep, voluntary, disk: Some(disk) } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(run, &mut t.rng);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    let service = sample(sleep, &mut t.rng);
+                    let k = self.disk_index.get(disk).copied().unwrap_or(0);
+                    self.tasks[i].io = Some((k, service));
+                    Step::Block { voluntary: *voluntary, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Io { run, sleep, voluntary, disk: None } => {
                 t.phase ^= 1;
                 if t.phase == 1 {
                     t.remaining = sample(run, &mut t.rng);

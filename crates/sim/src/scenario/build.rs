@@ -524,7 +524,7 @@ impl Builder<'_> {
         let raw = b.get_ref();
         let Some(kind_sp) = &raw.kind else { return Err(self.err(b.span(), "missing required key `kind`")) };
         let kind = kind_sp.get_ref().as_str();
-        let present: [(&str, Option<Range<usize>>); 15] = [
+        let present: [(&str, Option<Range<usize>>); 17] = [
             ("late_after", raw.late_after.as_ref().map(Spanned::span)),
             ("work", raw.work.as_ref().map(Spanned::span)),
             ("period", raw.period.as_ref().map(Spanned::span)),
@@ -540,13 +540,15 @@ impl Builder<'_> {
             ("vector", raw.vector.as_ref().map(Spanned::span)),
             ("phases", raw.phases.as_ref().map(Spanned::span)),
             ("repeat", raw.repeat.as_ref().map(Spanned::span)),
+            ("disk", raw.disk.as_ref().map(Spanned::span)),
+            ("read", raw.read.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match kind {
             "cpu" => &["work"],
             "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
-            "player" => &["period", "exec", "late_after", "offset"],
+            "player" => &["period", "exec", "late_after", "offset", "read", "disk"],
             "interactive" => &["burst", "think"],
-            "io" => &["run", "sleep", "voluntary"],
+            "io" => &["run", "sleep", "voluntary", "disk"],
             "handler" => &["vector", "work"],
             "script" => &["phases", "repeat"],
             _ => {
@@ -622,11 +624,18 @@ impl Builder<'_> {
                 if period.get_ref().0 == 0 {
                     return Err(self.err(period.span(), "period must be greater than 0"));
                 }
+                let read = match (&raw.read, &raw.disk) {
+                    (None, None) => None,
+                    (Some(r), Some(d)) => Some((d.get_ref().clone(), r.get_ref().0.clone())),
+                    (Some(r), None) => return Err(self.err(r.span(), "a player's `read` needs `disk`, the drive it reads from")),
+                    (None, Some(d)) => return Err(self.err(d.span(), "a player's `disk` needs `read`, the length of each frame's read")),
+                };
                 Behaviour::Player {
                     period: period.get_ref().0,
                     offset: raw.offset.as_ref().map_or(0, |o| o.get_ref().0),
                     exec: dist(&raw.exec, "exec")?,
                     late_after: raw.late_after.as_ref().ok_or_else(|| need("late_after"))?.get_ref().0,
+                    read,
                 }
             }
             "interactive" => Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? },
@@ -634,6 +643,7 @@ impl Builder<'_> {
                 run: dist(&raw.run, "run")?,
                 sleep: dist(&raw.sleep, "sleep")?,
                 voluntary: raw.voluntary.as_ref().map(|v| *v.get_ref()).unwrap_or(true),
+                disk: raw.disk.as_ref().map(|d| d.get_ref().clone()),
             },
             "handler" => {
                 Behaviour::Handler { vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(), work: dist(&raw.work, "work")? }

@@ -160,6 +160,8 @@ pub(super) struct RawBehaviour {
     pub(super) vector: Option<Spanned<u32>>,
     pub(super) phases: Option<Spanned<Vec<Spanned<RawPhase>>>>,
     pub(super) repeat: Option<Spanned<bool>>,
+    pub(super) disk: Option<Spanned<String>>,
+    pub(super) read: Option<Spanned<DistV>>,
     pub(super) other: Vec<(String, Spanned<toml::Value>)>,
 }
 
@@ -192,6 +194,8 @@ impl<'de> Deserialize<'de> for RawBehaviour {
                         "vector" => b.vector = Some(m.next_value()?),
                         "phases" => b.phases = Some(m.next_value()?),
                         "repeat" => b.repeat = Some(m.next_value()?),
+                        "disk" => b.disk = Some(m.next_value()?),
+                        "read" => b.read = Some(m.next_value()?),
                         _ => b.other.push((key, m.next_value()?)),
                     }
                 }
