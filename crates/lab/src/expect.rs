@@ -221,7 +221,7 @@ impl Expect {
 /// why = "§4.1 contrasts BVT with Linux 2.2"  # why this one
 /// set = { "default.policy" = "linux22", "task.mpeg.params" = {} }   # key paths (docs/sweep.md)
 /// replace = { "sched.bvt_diff" = "wrr" }    # sweeps: AXIS.VALUE takes OTHER's settings
-/// file = "table1-linux.toml"                # or: another experiment's scenario (its rows ignored)
+/// file = "fig2-no-svt.toml"                 # or: another experiment's scenario (its rows ignored)
 /// ```
 #[derive(Clone, Debug)]
 pub struct Control {

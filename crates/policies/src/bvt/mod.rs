@@ -383,10 +383,7 @@ pub fn build(p: &mut Params) -> Result<Bvt, String> {
     };
     let svt_adjust = p.bool("svt_adjust", d.svt_adjust)?;
     let c_weight = p.int("c_weight", d.c_weight as i64, 0..=MAX_WEIGHT)? as u64;
-    let tick_charge = match p.choice("charge", "started", &["started", "tick"])?.as_str() {
-        "tick" => true,
-        _ => false,
-    };
+    let tick_charge = p.choice("charge", "started", &["started", "tick"])? == "tick";
     Bvt::new(BvtConfig { mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight, tick_charge })
 }
 
