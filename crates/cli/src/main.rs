@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use vassal_lab::expect::Row;
+use vassal_lab::expect::{Compare, Row, Status};
 use vassal_lab::repro::{find_experiments, run_experiment_full};
 
 #[derive(Parser)]
@@ -442,16 +442,25 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
         bail!("no experiment matches {names:?} under {}", dir.display());
     }
     let mut rows: Vec<Row> = Vec::new();
+    let mut inconsistencies: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     let mut runs = Vec::new();
+    // Per experiment: its file, its control (name), and how many of its rows pass for ours
+    // and fail under the control.
+    let mut controls: Vec<(String, Option<String>, usize)> = Vec::new();
     for f in &files {
         let rel = f.strip_prefix(&dir).unwrap_or(f).to_string_lossy().replace('\\', "/");
         let file_matches = names.is_empty() || names.iter().any(|n| rel.starts_with(n.as_str()));
         let run = run_experiment_full(f, report.is_some()).map_err(anyhow::Error::msg)?;
-        for row in &run.rows {
+        for (row, e) in run.rows.iter().zip(&run.expects) {
             if file_matches || names.iter().any(|n| row.id.starts_with(n.as_str())) {
                 rows.push(row.clone());
+                if let Some(i) = &e.inconsistent {
+                    inconsistencies.insert(row.id.clone(), i.why.clone());
+                }
             }
         }
+        let told_apart = run.rows.iter().filter(|r| r.tells_control_apart()).count();
+        controls.push((rel.clone(), run.control.as_ref().map(|c| format!("{} ({})", c.name, c.why)), told_apart));
         if report.is_some() {
             runs.push(run);
         }
@@ -459,30 +468,56 @@ fn repro(names: &[String], json: bool, dir: Option<PathBuf>, report: Option<Path
     if let Some(file) = &report {
         report_cmd::repro(&runs, &dir, file)?;
     }
-    let failed = rows.iter().filter(|r| !r.pass && r.known_difference.is_none()).count();
-    let differ: Vec<&Row> = rows.iter().filter(|r| r.known_difference.is_some()).collect();
+    let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
+    let failed = count(Status::Fail);
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{:<44} {:>12} {:>12} {:>10}  result", "id", "paper", "ours", "tolerance");
+        println!("{:<44} {:>8} {:>12} {:>12} {:>10} {:>19}  result", "id", "cmp", "paper", "ours", "tolerance", "control");
         for r in &rows {
-            let result = match (r.pass, &r.known_difference) {
-                (true, _) => "pass",
-                (false, Some(_)) => "DIFFERS (known, below)",
-                (false, None) => "FAIL",
+            let cmp = match r.cmp {
+                Compare::Within => "within",
+                Compare::AtMost => "at most",
+                Compare::AtLeast => "at least",
             };
-            println!("{:<44} {:>12.4} {:>12.4} {:>10.4}  {result}", r.id, r.paper, r.ours, r.tolerance);
+            let result = match r.status {
+                Status::Differs => "DIFFERS (known, below)".to_string(),
+                Status::Inconsistent => format!("INCONSISTENT (the paper's numbers give {:.4}, below)", r.implies.unwrap_or(f64::NAN)),
+                s => s.word().to_string(),
+            };
+            let control = match (r.control, r.control_pass) {
+                (Some(v), Some(p)) => format!("{v:.4} {}", if p { "(pass)" } else { "(fail)" }),
+                _ => "-".into(),
+            };
+            println!("{:<44} {cmp:>8} {:>12.4} {:>12.4} {:>10.4} {control:>19}  {result}", r.id, r.paper, r.ours, r.tolerance);
         }
-        for r in &differ {
+        for r in rows.iter().filter(|r| r.status == Status::Differs) {
             println!("\n{}: ours differs from the paper: {}", r.id, r.known_difference.as_deref().unwrap_or_default());
         }
+        for r in rows.iter().filter(|r| r.status == Status::Inconsistent) {
+            let why = inconsistencies.get(&r.id).map(String::as_str).unwrap_or_default();
+            println!("\n{}: the paper contradicts itself: {why}", r.id);
+        }
+        println!("\nControls (the policy the paper contrasts, run on the same experiment; \"control\" above):");
+        for (file, control, told_apart) in &controls {
+            match control {
+                Some(c) => println!("  {file}: {c}: {told_apart} row(s) pass for ours and fail under it"),
+                None => println!("  {file}: no control"),
+            }
+        }
         println!(
-            "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} fail",
+            "\n{} rows: {} pass, {} differ from the paper (known, explained above), {} where the paper contradicts itself (asserted), {} fail",
             rows.len(),
-            rows.len() - failed - differ.len(),
-            differ.len(),
+            count(Status::Pass),
+            count(Status::Differs),
+            count(Status::Inconsistent),
             failed
         );
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    // A control that no row tells apart from ours: the experiment's rows cannot fail.
+    let vacuous: Vec<&str> = controls.iter().filter(|(_, c, n)| c.is_some() && *n == 0).map(|(f, _, _)| f.as_str()).collect();
+    if !vacuous.is_empty() {
+        eprintln!("error: no row tells ours from the control in: {}", vacuous.join(", "));
+    }
+    Ok(if failed == 0 && vacuous.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -195,7 +195,7 @@ pub fn thousand_tasks(until: u64) -> Scenario {
         .map(|i| {
             let behaviour = match i % 4 {
                 0 => Behaviour::Cpu { work: None },
-                1 => Behaviour::Io { run: Dist::Exp(2 * MS), sleep: Dist::Exp(20 * MS), voluntary: true },
+                1 => Behaviour::Io { run: Dist::Exp(2 * MS), sleep: Dist::Exp(20 * MS), voluntary: true, disk: None },
                 2 => Behaviour::Interactive { burst: Dist::Exp(MS), think: Dist::Exp(50 * MS) },
                 _ => Behaviour::Periodic {
                     period: (10 + (i as u64 % 10) * 10) * MS,

@@ -156,7 +156,7 @@ pub fn scenario(name: &str, seed: u64, until: Ns) -> Option<Scenario> {
             ));
             tasks.push(task(
                 "io".into(),
-                Behaviour::Io { run: Dist::Exp(500 * US), sleep: Dist::Exp(5 * MS), voluntary: true },
+                Behaviour::Io { run: Dist::Exp(500 * US), sleep: Dist::Exp(5 * MS), voluntary: true, disk: None },
                 TaskParams::new(),
             ));
         }

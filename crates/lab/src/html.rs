@@ -14,7 +14,7 @@ use std::path::Path;
 
 use vassal_core::{Ns, MS};
 
-use crate::expect::{Compare, ExperimentRun};
+use crate::expect::{ExperimentRun, Status};
 use crate::fmt::{esc, fmt_ms, num};
 use crate::svg::{self, colour, Range, Series};
 use vassal_sim::engine::Trace;
@@ -32,7 +32,7 @@ h3 { margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-.pass { background: #e3f4e1; } .differs { background: #fff1cc; } .fail { background: #fbd5d5; font-weight: bold; }
+.pass { background: #e3f4e1; } .differs { background: #fff1cc; } .inconsistent { background: #e6e6fa; } .fail { background: #fbd5d5; font-weight: bold; }
 .why { color: #555; font-size: 0.95em; max-width: 420px; }
 pre.desc { background: #f7f7f7; padding: 8px; white-space: pre-wrap; font-size: 0.9em; }
 figure { margin: 12px 0; } figcaption { color: #555; font-size: 0.9em; max-width: 900px; }
@@ -231,13 +231,15 @@ pub fn sim_page(sc: &Scenario, report: &Report, trace: &Trace) -> String {
     page(&format!("vassal sim: {}", sc.name), &b)
 }
 
-/// pass / DIFFERS / FAIL, as `vassal repro` prints them.
-fn verdict(pass: bool, known: bool) -> (&'static str, &'static str) {
-    match (pass, known) {
-        (true, _) => ("pass", "pass"),
-        (false, true) => ("DIFFERS", "differs"),
-        (false, false) => ("FAIL", "fail"),
-    }
+/// The verdict word `vassal repro` prints and the row's CSS class.
+fn verdict(status: Status) -> (&'static str, &'static str) {
+    let class = match status {
+        Status::Pass => "pass",
+        Status::Differs => "differs",
+        Status::Inconsistent => "inconsistent",
+        Status::Fail => "fail",
+    };
+    (status.word(), class)
 }
 
 fn anchor(s: &str) -> String {
@@ -256,34 +258,35 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
         groups.entry(g).or_default().push(r);
     }
     let count = |rs: &[&ExperimentRun]| {
-        let mut c = (0, 0, 0);
+        let mut c = (0, 0, 0, 0);
         for r in rs {
             for row in &r.rows {
-                match (row.pass, row.known_difference.is_some()) {
-                    (true, _) => c.0 += 1,
-                    (false, true) => c.1 += 1,
-                    (false, false) => c.2 += 1,
+                match row.status {
+                    Status::Pass => c.0 += 1,
+                    Status::Differs => c.1 += 1,
+                    Status::Inconsistent => c.2 += 1,
+                    Status::Fail => c.3 += 1,
                 }
             }
         }
         c
     };
     let all: Vec<&ExperimentRun> = runs.iter().collect();
-    let (p, d, f) = count(&all);
+    let (p, d, i, f) = count(&all);
     let mut b = String::new();
     b.push_str("<h1>vassal repro: the papers' tables and figures, reproduced</h1>\n");
     let _ = writeln!(
         b,
-        "<p>{} experiments, {} rows: <span class=pass>{p} pass</span>, <span class=differs>{d} differ from the paper (known, explained)</span>, <span class=fail>{f} fail</span>. Each row: the paper's value, ours (from a simulation with the paper's parameters, or a computation), the tolerance and why it is what it is. DIFFERS rows are findings: ours is known to differ, with the explanation.</p>",
+        "<p>{} experiments, {} rows: <span class=pass>{p} pass</span>, <span class=differs>{d} differ from the paper (known, explained)</span>, <span class=inconsistent>{i} where the paper contradicts itself</span>, <span class=fail>{f} fail</span>. Each row: the paper's value, ours (from a simulation with the paper's parameters, or a computation), how they are compared, the tolerance and why it is what it is. DIFFERS rows are findings: ours is known to differ, with the explanation. INCONSISTENT rows assert a contradiction in the paper: ours meets what the paper's own numbers imply, not its stated value.</p>",
         runs.len(),
-        p + d + f
+        p + d + i + f
     );
-    b.push_str("<table><tr><th>group</th><th class=num>experiments</th><th class=num>pass</th><th class=num>DIFFERS</th><th class=num>FAIL</th></tr>\n");
+    b.push_str("<table><tr><th>group</th><th class=num>experiments</th><th class=num>pass</th><th class=num>DIFFERS</th><th class=num>INCONSISTENT</th><th class=num>FAIL</th></tr>\n");
     for (g, rs) in &groups {
-        let (p, d, f) = count(rs);
+        let (p, d, i, f) = count(rs);
         let _ = writeln!(
             b,
-            "<tr><td><a href=\"#g-{}\">{}</a></td><td class=num>{}</td><td class=num>{p}</td><td class=num>{d}</td><td class=num>{f}</td></tr>",
+            "<tr><td><a href=\"#g-{}\">{}</a></td><td class=num>{}</td><td class=num>{p}</td><td class=num>{d}</td><td class=num>{i}</td><td class=num>{f}</td></tr>",
             anchor(g),
             esc(g),
             rs.len()
@@ -303,26 +306,39 @@ pub fn repro_page(runs: &[ExperimentRun], root: &Path) -> String {
             if !r.description.is_empty() {
                 let _ = writeln!(b, "<pre class=desc>{}</pre>", esc(&r.description));
             }
-            b.push_str("<table><tr><th>id</th><th>metric</th><th class=num>paper</th><th class=num>ours</th><th class=num>tolerance</th><th>result</th><th>why</th></tr>\n");
+            if let Some(c) = &r.control {
+                let _ = writeln!(
+                    b,
+                    "<p><b>Control:</b> {} — {} The <i>control</i> column is each row's value under it (pass or fail by the row's own test).</p>",
+                    esc(&c.name),
+                    esc(&c.why)
+                );
+            }
+            b.push_str("<table><tr><th>id</th><th>metric</th><th class=num>paper</th><th class=num>ours</th><th class=num>tolerance</th><th>result</th><th class=num>control</th><th>why</th></tr>\n");
             for (e, row) in r.expects.iter().zip(&r.rows) {
-                let (word, class) = verdict(row.pass, row.known_difference.is_some());
-                let tol = match e.compare {
-                    Compare::Abs => format!("± {}", num(row.tolerance)),
-                    Compare::AtMost => format!("at most +{}", num(row.tolerance)),
-                    Compare::AtLeast => format!("at least −{}", num(row.tolerance)),
-                };
+                let (word, class) = verdict(row.status);
+                let tol = row.cmp.describe(&num(row.tolerance));
                 let mut why = esc(&e.why);
                 if let Some(k) = &row.known_difference {
                     let _ = write!(why, "<br><b>Differs:</b> {}", esc(k));
                 }
+                if let Some(i) = &e.inconsistent {
+                    let _ =
+                        write!(why, "<br><b>The paper contradicts itself:</b> its own numbers give {}: {}", num(i.implies), esc(&i.why));
+                }
+                let control = match (row.control, row.control_pass) {
+                    (Some(v), Some(p)) => format!("{} ({})", num(v), if p { "pass" } else { "fail" }),
+                    _ => "–".into(),
+                };
                 let _ = writeln!(
                     b,
-                    "<tr class={class}><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{word}</td><td class=why>{why}</td></tr>",
+                    "<tr class={class}><td>{}</td><td>{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{word}</td><td class=num>{}</td><td class=why>{why}</td></tr>",
                     esc(&row.id),
                     esc(&e.metric),
                     num(row.paper),
                     num(row.ours),
-                    esc(&tol)
+                    esc(&tol),
+                    esc(&control)
                 );
             }
             b.push_str("</table>\n");

@@ -9,11 +9,14 @@
 //! metric = "tasks.share.spread"      # what to measure (the metric language: `metric.rs`)
 //! paper = 0.0                        # the paper's (or textbook's) value
 //! tolerance = 0.01                   # allowed difference
-//! compare = "abs"                    # "abs": |ours - paper| <= tolerance (default)
+//! compare = "within"                 # "within": |ours - paper| <= tolerance (default)
 //!                                    # "at_most": ours <= paper + tolerance
 //!                                    # "at_least": ours >= paper - tolerance
 //! why = "RR gives equal shares; 1% covers the last partial quantum"
 //! known_difference = "..."           # optional: ours is known to differ, and why
+//! inconsistent = { implies = 5.0, why = "..." }  # optional: the paper contradicts
+//!                                    # itself; ours is judged against what its own
+//!                                    # numbers imply
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -23,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use vassal_sim::scenario::parse_scenario;
 
-use crate::expect::{Expect, ExperimentRun, Row, SimRun};
+use crate::expect::{Control, Expect, ExperimentRun, Row, SimRun, Status};
 use crate::metric;
 
 #[derive(Deserialize)]
@@ -42,9 +45,7 @@ fn read_experiment(path: &Path) -> Result<(String, toml::Table, Vec<Expect>), St
         return Err(format!("{}: an experiment needs at least one [[expect]] row", path.display()));
     }
     for e in &parsed.expect {
-        if !e.paper.is_finite() || !e.tolerance.is_finite() || e.tolerance < 0.0 {
-            return Err(format!("{}: expect '{}': paper and tolerance must be finite, tolerance >= 0", path.display(), e.id));
-        }
+        e.validate().map_err(|m| format!("{}: {m}", path.display()))?;
     }
     Ok((text, table, parsed.expect))
 }
@@ -124,25 +125,103 @@ fn leading_comment(text: &str) -> String {
         .join("\n")
 }
 
-/// Runs one experiment file: its scenario (or computation), then each `[[expect]]` row.
-pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
-    run_experiment_full(path, false).map(|r| r.rows)
+/// Reads the file's `[control]`, if any.
+pub fn read_control(path: &Path, table: &toml::Table) -> Result<Option<Control>, String> {
+    let Some(c) = table.get("control") else { return Ok(None) };
+    let what = format!("{}: [control]", path.display());
+    let c = c.as_table().ok_or_else(|| format!("{what} must be a table"))?;
+    if let Some(k) = c.keys().find(|k| !["name", "why", "set", "replace", "file"].contains(&k.as_str())) {
+        return Err(format!("{what}: unknown key `{k}` (expected name, why, set, replace, file)"));
+    }
+    let text = |k: &str| -> Result<String, String> {
+        c.get(k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(|| format!("{what} needs {k} = \"...\""))
+    };
+    let table_of = |k: &str| -> Result<Vec<(String, toml::Value)>, String> {
+        match c.get(k) {
+            None => Ok(Vec::new()),
+            Some(toml::Value::Table(t)) => Ok(t.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            Some(_) => Err(format!("{what}: {k} must be a table of \"dotted.path\" = value")),
+        }
+    };
+    let replace = table_of("replace")?
+        .into_iter()
+        .map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())).ok_or_else(|| format!("{what}: replace.\"{k}\" must name a value")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let file = match c.get("file") {
+        None => None,
+        Some(toml::Value::String(f)) => Some(path.parent().unwrap_or(Path::new("")).join(f)),
+        Some(v) => return Err(format!("{what}: file must be a file name, found {v}")),
+    };
+    let control = Control { name: text("name")?, why: text("why")?, file, set: table_of("set")?, replace };
+    if control.set.is_empty() && control.replace.is_empty() && control.file.is_none() {
+        return Err(format!("{what} changes nothing: give set, replace or file"));
+    }
+    if !control.replace.is_empty() && !crate::sweep::is_sweep(table) {
+        return Err(format!("{what}: replace is for sweeps (AXIS.VALUE); use set"));
+    }
+    if control.file.is_some() && crate::sweep::is_sweep(table) {
+        return Err(format!("{what}: file is not for sweeps; use set or replace"));
+    }
+    Ok(Some(control))
 }
 
-/// Like [`run_experiment`], and keeps the run; `trace`: record its trace even when no row
-/// needs one.
-pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, String> {
-    let (text, table, expects) = read_experiment(path)?;
-    let description = leading_comment(&text);
+/// How to run an experiment: as written, or as its control, or with another seed.
+#[derive(Clone, Copy, Default)]
+pub struct Mode<'a> {
+    pub control: Option<&'a Control>,
+    /// Every run with this seed instead of the file's (a sweep: its `seeds` replaced).
+    pub seed: Option<u64>,
+    /// Record the simulated run's trace even when no row needs one.
+    pub trace: bool,
+    /// A sweep's runs already made (by scenario and seed), not to be made again.
+    pub known: Option<&'a crate::sweep::Known>,
+}
+
+/// What evaluating an experiment's rows gives: a value per row, and what produced them.
+struct Values {
+    values: Vec<f64>,
+    run: Option<SimRun>,
+    plots: Vec<String>,
+    /// A sweep's runs, for its control to reuse where a variant is unchanged.
+    known: crate::sweep::Known,
+}
+
+/// The value of every `[[expect]]` row of the experiment `table` (the file `path`, its
+/// text `text`), run as `mode` says.
+fn row_values(path: &Path, text: &str, table: &toml::Table, expects: &[Expect], mode: Mode) -> Result<Values, String> {
+    let mut table = table.clone();
+    // A control from another file: that file's scenario or computation in place of ours.
+    if let Some(other) = mode.control.and_then(|c| c.file.as_ref()) {
+        let (_, mut t, _) = read_experiment(other).map_err(|e| format!("{}: [control] file: {e}", path.display()))?;
+        if crate::sweep::is_sweep(&t) {
+            return Err(format!("{}: [control] file {} is a sweep", path.display(), other.display()));
+        }
+        t.remove("expect");
+        t.remove("control");
+        table = t;
+    }
+    let controlled = |t: &mut toml::Table| -> Result<(), String> {
+        if let Some(c) = mode.control {
+            for (p, v) in &c.set {
+                crate::sweep::set_path(t, p, v).map_err(|e| format!("{}: [control] set \"{p}\": {e}", path.display()))?;
+            }
+        }
+        Ok(())
+    };
     if let Some(computed) = table.get("computed") {
-        let input = computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
+        computed.as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
+        controlled(&mut table)?;
+        let input = table["computed"].as_table().ok_or_else(|| format!("{}: [computed] must be a table", path.display()))?;
         let kind =
             input.get("kind").and_then(|k| k.as_str()).ok_or_else(|| format!("{}: [computed] needs kind = \"...\"", path.display()))?;
         let values = computed_metrics(kind, input).map_err(|e| format!("{}: {e}", path.display()))?;
-        let rows = expects
+        let values = expects
             .iter()
             .map(|e| {
-                values.get(&e.metric).map(|&v| e.judge(v)).ok_or_else(|| {
+                // A control's computation may not compute a row's value (another
+                // admission test has no equation to name): NaN, which meets no row.
+                let missing = if mode.control.is_some() { Some(f64::NAN) } else { None };
+                values.get(&e.metric).copied().or(missing).ok_or_else(|| {
                     format!(
                         "{}: expect '{}': {kind} computes no '{}' (it has: {})",
                         path.display(),
@@ -153,38 +232,116 @@ pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, St
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots: Vec::new() });
+        return Ok(Values { values, run: None, plots: Vec::new(), known: Default::default() });
     }
     if crate::sweep::is_sweep(&table) {
-        let (rows, plots) = crate::sweep::expect_rows(path, &table, &expects)?;
-        return Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: None, plots });
+        let file = path.display().to_string();
+        let mut sweep = crate::sweep::Sweep::from_table(&file, &table)?;
+        if let Some(c) = mode.control {
+            sweep = sweep.with_control(&c.set, &c.replace)?;
+        }
+        if let Some(seed) = mode.seed {
+            sweep.seeds = vec![seed];
+        }
+        let known = mode.known.cloned().unwrap_or_default();
+        let (values, plots, known) = crate::sweep::expect_values(&sweep, expects, mode.control.is_none() && mode.seed.is_none(), &known)?;
+        return Ok(Values { values, run: None, plots, known });
     }
     // Every row's expression parses before anything runs (no axes: not a sweep).
     let exprs = expects
         .iter()
         .map(|e| metric::parse(&e.metric, &[]).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
         .collect::<Result<Vec<_>, _>>()?;
-    let scenario = parse_scenario(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    let mut sim =
-        vassal_sim::Sim::with_registry(scenario.clone(), &crate::workloads::registry()).map_err(|e| format!("{}: {e}", path.display()))?;
-    if trace || exprs.iter().flat_map(metric::paths).any(|p| p.starts_with("trace.")) {
-        sim.record_trace();
+    let seeds: Vec<u64> = match table.get("seeds") {
+        None => Vec::new(),
+        Some(toml::Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|v| {
+                v.as_integer()
+                    .filter(|&i| i >= 0)
+                    .map(|i| i as u64)
+                    .ok_or_else(|| format!("{}: seeds must be integers >= 0, found {v}", path.display()))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(format!("{}: seeds must be a non-empty array of integers, found {v}", path.display())),
+    };
+    let scenario = if mode.control.is_some() {
+        controlled(&mut table)?;
+        table.remove("control");
+        let doc = crate::sweep::scenario_text(&table).map_err(|e| format!("{}: [control]: {e}", path.display()))?;
+        parse_scenario(&doc, &format!("{} [control]", path.display())).map_err(|e| e.to_string())?
+    } else {
+        parse_scenario(text, &path.display().to_string()).map_err(|e| e.to_string())?
+    };
+    // The seeds to run: the mode's one, the file's list (rows are means over them), or
+    // the scenario's own.
+    let seeds = match mode.seed {
+        Some(s) => vec![s],
+        None if seeds.is_empty() => vec![scenario.seed],
+        None => seeds,
+    };
+    let mut sums = vec![0.0; expects.len()];
+    let mut first: Option<SimRun> = None;
+    for &seed in &seeds {
+        let mut sc = scenario.clone();
+        sc.seed = seed;
+        let mut sim =
+            vassal_sim::Sim::with_registry(sc.clone(), &crate::workloads::registry()).map_err(|e| format!("{}: {e}", path.display()))?;
+        if (mode.trace && first.is_none()) || exprs.iter().flat_map(metric::paths).any(|p| p.starts_with("trace.")) {
+            sim.record_trace();
+        }
+        let (report, trace) = sim.run_traced().map_err(|e| format!("{}: seed {seed}: {e}", path.display()))?;
+        let run = metric::Run { scenario: &sc, report: &report, trace: &trace };
+        for ((e, x), sum) in expects.iter().zip(&exprs).zip(sums.iter_mut()) {
+            *sum += metric::eval(x, &run).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id))?;
+        }
+        if first.is_none() {
+            first = Some(SimRun { scenario: sc, report, trace });
+        }
     }
-    let (report, trace) = sim.run_traced().map_err(|e| format!("{}: {e}", path.display()))?;
-    let run = metric::Run { scenario: &scenario, report: &report, trace: &trace };
-    let rows = expects
-        .iter()
-        .zip(&exprs)
-        .map(|(e, x)| metric::eval(x, &run).map(|ours| e.judge(ours)).map_err(|m| format!("{}: expect '{}': {m}", path.display(), e.id)))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(ExperimentRun {
-        path: path.to_path_buf(),
-        description,
-        expects,
-        rows,
-        run: Some(SimRun { scenario, report, trace }),
-        plots: Vec::new(),
-    })
+    let values = sums.into_iter().map(|s| s / seeds.len() as f64).collect();
+    Ok(Values { values, run: first, plots: Vec::new(), known: Default::default() })
+}
+
+/// Runs one experiment file: its scenario (or computation), then each `[[expect]]` row.
+pub fn run_experiment(path: &Path) -> Result<Vec<Row>, String> {
+    run_experiment_full(path, false).map(|r| r.rows)
+}
+
+/// Like [`run_experiment`], and keeps the run; `trace`: record its trace even when no row
+/// needs one. With a `[control]`, runs it too and sets each row's `control`.
+pub fn run_experiment_full(path: &Path, trace: bool) -> Result<ExperimentRun, String> {
+    let (text, table, expects) = read_experiment(path)?;
+    let description = leading_comment(&text);
+    let control = read_control(path, &table)?;
+    let ours = row_values(path, &text, &table, &expects, Mode { trace, ..Mode::default() })?;
+    let mut rows: Vec<Row> = expects.iter().zip(&ours.values).map(|(e, &v)| e.judge(v)).collect();
+    if let Some(c) = &control {
+        let theirs = row_values(path, &text, &table, &expects, Mode { control: Some(c), known: Some(&ours.known), ..Mode::default() })?;
+        for ((row, e), &v) in rows.iter_mut().zip(&expects).zip(&theirs.values) {
+            row.control = Some(v);
+            row.control_pass = Some(matches!(e.status_of(v), Status::Pass | Status::Inconsistent));
+        }
+    }
+    Ok(ExperimentRun { path: path.to_path_buf(), description, expects, rows, run: ours.run, plots: ours.plots, control })
+}
+
+/// Each row's status when the experiment runs with `seed` instead of its own (seed
+/// robustness: docs/repro.md). A sweep whose rows are means over several seeds, or a
+/// simulated experiment with `seeds`, is run as written (its rows are means already).
+pub fn statuses_with_seed(path: &Path, seed: u64) -> Result<Vec<Status>, String> {
+    let (text, table, expects) = read_experiment(path)?;
+    let multi = table.get("seeds").and_then(|s| s.as_array()).is_some_and(|a| a.len() > 1);
+    let mode = Mode { seed: if multi { None } else { Some(seed) }, ..Mode::default() };
+    let v = row_values(path, &text, &table, &expects, mode)?;
+    Ok(expects.iter().zip(&v.values).map(|(e, &x)| e.status_of(x)).collect())
+}
+
+/// True if the experiment's rows are computed (no simulation, no seed) or are means over
+/// several seeds.
+pub fn is_seedless_or_averaged(path: &Path) -> Result<bool, String> {
+    let (_, table, _) = read_experiment(path)?;
+    Ok(table.contains_key("computed") || table.get("seeds").and_then(|s| s.as_array()).is_some_and(|a| a.len() > 1))
 }
 
 /// Every experiment file under `dir`, sorted, whose group (first directory), file stem
@@ -216,4 +373,31 @@ pub fn find_experiments(dir: &Path, names: &[String]) -> Result<Vec<PathBuf>, St
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control(text: &str) -> Result<Option<Control>, String> {
+        read_control(Path::new("x/e.toml"), &toml::from_str(text).unwrap())
+    }
+
+    #[test]
+    fn a_control_is_read_or_refused_with_the_reason() {
+        assert!(control("name = \"e\"").unwrap().is_none());
+        let c = control("[control]\nname = \"rr\"\nwhy = \"w\"\nset = { \"default.policy\" = \"rr\" }").unwrap().unwrap();
+        assert_eq!((c.name.as_str(), c.set.len(), c.file), ("rr", 1, None));
+        let c = control("[control]\nname = \"a\"\nwhy = \"w\"\nfile = \"b.toml\"").unwrap().unwrap();
+        assert_eq!(c.file.as_deref(), Some(Path::new("x/b.toml")), "relative to the experiment");
+        let e = |t: &str| control(t).unwrap_err();
+        assert!(e("[control]\nname = \"a\"\nwhy = \"w\"").contains("changes nothing"));
+        assert!(e("[control]\nwhy = \"w\"\nfile = \"b\"").contains("needs name"));
+        assert!(e("[control]\nname = \"a\"\nfile = \"b\"").contains("needs why"));
+        assert!(e("[control]\nname = \"a\"\nwhy = \"w\"\nfile = \"b\"\npolicy = 1").contains("unknown key `policy`"));
+        assert!(e("[control]\nname = \"a\"\nwhy = \"w\"\nreplace = { \"s.a\" = \"b\" }").contains("replace is for sweeps"));
+        let sweep = "[[axis]]\nname = \"s\"\nvalues = [{ name = \"a\" }]\n";
+        assert!(e(&format!("{sweep}[control]\nname = \"a\"\nwhy = \"w\"\nfile = \"b\"")).contains("not for sweeps"));
+        assert!(e("[control]\nname = \"a\"\nwhy = \"w\"\nset = 3").contains("set must be a table"));
+    }
 }

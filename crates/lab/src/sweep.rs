@@ -41,13 +41,13 @@ use std::sync::Mutex;
 use vassal_sim::report::Report;
 use vassal_sim::scenario::parse_scenario;
 
-use crate::expect::{Expect, Row};
+use crate::expect::Expect;
 use crate::fmt::num;
 use crate::metric::{self, has_star, metric, parse, Expr, Scope};
 use crate::svg;
 
 /// The top-level keys a sweep reads; all others are the base scenario's.
-const SWEEP_KEYS: [&str; 7] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect"];
+const SWEEP_KEYS: [&str; 8] = ["base", "seeds", "axis", "run", "metrics", "plot", "expect", "control"];
 
 /// One value of an axis (or one `[[run]]`): its name, position and settings.
 #[derive(Clone, Debug)]
@@ -99,10 +99,16 @@ pub struct Sweep {
     /// The plot: axis index and metric index.
     pub plot: (usize, usize),
     pub variants: Vec<Variant>,
+    /// Settings applied to every variant after its own (an experiment's control run,
+    /// `repro`); empty for a sweep as written.
+    pub overrides: Vec<(String, toml::Value)>,
 }
 
 /// The reports of every variant (in variant order), one per seed.
 pub type Runs = Vec<Vec<Report>>;
+
+/// Reports by (scenario text, seed): runs made, for a later sweep to reuse.
+pub type Known = std::collections::BTreeMap<(String, Option<u64>), Report>;
 
 /// The mean of `metric` over a variant's runs.
 pub fn mean_metric(runs: &[Report], path: &str) -> Result<f64, String> {
@@ -349,7 +355,19 @@ impl Sweep {
             variants.push(Variant { name: r.name.clone(), values: None });
         }
         let file_name = Path::new(file).file_stem().map_or("sweep".into(), |s| s.to_string_lossy().to_string());
-        let sweep = Sweep { file: file.to_string(), name: file_name, base_file, base, axes, runs, seeds, metrics, plot, variants };
+        let sweep = Sweep {
+            file: file.to_string(),
+            name: file_name,
+            base_file,
+            base,
+            axes,
+            runs,
+            seeds,
+            metrics,
+            plot,
+            variants,
+            overrides: Vec::new(),
+        };
         // Every variant must build (so a bad setting is found before anything runs), and
         // every metric name the variants it reads.
         for k in 0..sweep.variants.len() {
@@ -392,7 +410,41 @@ impl Sweep {
                 set_path(&mut doc, path, value).map_err(|e| format!("{}: {what}: set \"{path}\": {e}", self.file))?;
             }
         }
+        for (path, value) in &self.overrides {
+            set_path(&mut doc, path, value).map_err(|e| format!("{}: [control] set \"{path}\": {e}", self.file))?;
+        }
         Ok(doc)
+    }
+
+    /// The same sweep as a control run: every value named in `replace` (`"AXIS.VALUE" =
+    /// "OTHER"`) takes the settings of value OTHER of the same axis (keeping its name, so
+    /// the rows still read it), and `set` is applied to every variant after its own
+    /// settings. Every variant must still build.
+    pub fn with_control(&self, set: &[(String, toml::Value)], replace: &[(String, String)]) -> Result<Sweep, String> {
+        let mut s = self.clone();
+        for (from, by) in replace {
+            let (axis, value) =
+                from.split_once('.').ok_or_else(|| format!("{}: [control] replace: '{from}' is not AXIS.VALUE", self.file))?;
+            let a =
+                s.axes.iter_mut().find(|a| a.name == axis).ok_or_else(|| format!("{}: [control] replace: no axis '{axis}'", self.file))?;
+            let other = a
+                .values
+                .iter()
+                .find(|v| v.name == *by)
+                .map(|v| v.set.clone())
+                .ok_or_else(|| format!("{}: [control] replace: axis '{axis}' has no value '{by}'", self.file))?;
+            let v = a
+                .values
+                .iter_mut()
+                .find(|v| v.name == value)
+                .ok_or_else(|| format!("{}: [control] replace: axis '{axis}' has no value '{value}'", self.file))?;
+            v.set = other;
+        }
+        s.overrides.extend(set.iter().cloned());
+        for k in 0..s.variants.len() {
+            s.document(k)?;
+        }
+        Ok(s)
     }
 
     fn variant_index(&self, name: &str) -> Result<usize, String> {
@@ -409,7 +461,7 @@ impl Sweep {
             "name".into(),
             toml::Value::String(format!("{}-{}", doc.get("name").and_then(|n| n.as_str()).unwrap_or("sweep"), name.replace('/', "-"))),
         );
-        toml::to_string(&doc).map_err(|e| format!("{}: variant {name}: {e}", self.file))
+        scenario_text(&doc).map_err(|e| format!("{}: variant {name}: {e}", self.file))
     }
 
     /// Every run: (variant, seed or None for the scenario's own), variant-major.
@@ -418,11 +470,10 @@ impl Sweep {
         (0..self.variants.len()).flat_map(|v| seeds.iter().map(move |&s| (v, s))).collect()
     }
 
-    fn run_one(&self, k: usize, seed: Option<u64>) -> Result<Report, String> {
+    fn run_one(&self, k: usize, text: &str, seed: Option<u64>) -> Result<Report, String> {
         let name = &self.variants[k].name;
-        let text = toml::to_string(&self.document(k)?).map_err(|e| format!("{}: variant {name}: {e}", self.file))?;
         let label = format!("{} [variant {name}]", self.file);
-        let mut sc = parse_scenario(&text, &label).map_err(|e| e.to_string())?;
+        let mut sc = parse_scenario(text, &label).map_err(|e| e.to_string())?;
         if let Some(s) = seed {
             sc.seed = s;
         }
@@ -434,22 +485,44 @@ impl Sweep {
     /// total)` is called after each run. The reports come back in variant and seed order
     /// whatever the threads did; on errors, the first in that order is returned.
     pub fn run(&self, jobs: usize, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Runs, String> {
+        self.run_known(jobs, progress, &Known::new()).map(|(runs, _)| runs)
+    }
+
+    /// Like [`Sweep::run`], but a run whose scenario (its text) and seed are in `known`,
+    /// or equal to another run's, is not run again: its report is copied (a run is a
+    /// function of its scenario and seed). Returns the runs and every (scenario, seed)
+    /// report, `known`'s included, for a later call (a control run, `repro`).
+    pub fn run_known(&self, jobs: usize, progress: &(dyn Fn(usize, usize) + Sync), known: &Known) -> Result<(Runs, Known), String> {
         let grid = self.grid();
-        let total = grid.len();
+        let texts = (0..self.variants.len())
+            .map(|k| {
+                let name = &self.variants[k].name;
+                scenario_text(&self.document(k)?).map_err(|e| format!("{}: variant {name}: {e}", self.file))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // The runs to make: the first grid entry of each (text, seed) not known.
+        let mut todo: Vec<usize> = Vec::new();
+        let mut seen: BTreeSet<(&str, Option<u64>)> = BTreeSet::new();
+        for (k, &(v, seed)) in grid.iter().enumerate() {
+            if !known.contains_key(&(texts[v].clone(), seed)) && seen.insert((texts[v].as_str(), seed)) {
+                todo.push(k);
+            }
+        }
+        let total = todo.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<Result<Report, String>>>> = Mutex::new((0..total).map(|_| None).collect());
         std::thread::scope(|s| {
             for _ in 0..jobs.clamp(1, total.max(1)) {
                 s.spawn(|| loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= total {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
                         break;
                     }
-                    let (v, seed) = grid[k];
-                    let r = self.run_one(v, seed);
+                    let (v, seed) = grid[todo[i]];
+                    let r = self.run_one(v, &texts[v], seed);
                     let failed = r.is_err();
-                    results.lock().unwrap_or_else(|e| e.into_inner())[k] = Some(r);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
                     if failed {
                         // Hand out no more work. Every run before this one was handed out
@@ -459,15 +532,25 @@ impl Sweep {
                 });
             }
         });
-        let mut runs: Runs = vec![Vec::new(); self.variants.len()];
-        for (r, (v, _)) in results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().zip(grid) {
+        let mut all = known.clone();
+        for (r, &k) in results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().zip(&todo) {
+            let (v, seed) = grid[k];
             match r {
-                Some(Ok(report)) => runs[v].push(report),
+                Some(Ok(report)) => {
+                    all.insert((texts[v].clone(), seed), report);
+                }
                 Some(Err(e)) => return Err(e),
                 None => {} // not run after an error, which comes first in grid order
             }
         }
-        Ok(runs)
+        let mut runs: Runs = vec![Vec::new(); self.variants.len()];
+        for &(v, seed) in &grid {
+            let report = all
+                .get(&(texts[v].clone(), seed))
+                .ok_or_else(|| format!("{}: variant {} was not run", self.file, self.variants[v].name))?;
+            runs[v].push(report.clone());
+        }
+        Ok((runs, all))
     }
 
     /// Checks that every `METRIC[VARIANT]` of `e` names a variant (with `*` in place of
@@ -763,13 +846,12 @@ pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs a sweep experiment (`table` holds the whole file) on all cores and judges its
-/// `[[expect]]` rows, whose metrics must name their variants. Every row's expression is
-/// checked before anything runs. Also returns the plot of each of its `metrics` (inline
-/// SVG, for `repro --report`).
-pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Result<(Vec<Row>, Vec<String>), String> {
-    let file = path.display().to_string();
-    let sweep = Sweep::from_table(&file, table)?;
+/// Runs a sweep experiment on all cores and computes its `[[expect]]` rows' values, whose
+/// metrics must name their variants. Every row's expression is checked before anything
+/// runs. With `plots`, also returns the plot of each of its `metrics` (inline SVG, for
+/// `repro --report`).
+pub fn expect_values(sweep: &Sweep, expects: &[Expect], plots: bool, known: &Known) -> Result<(Vec<f64>, Vec<String>, Known), String> {
+    let file = &sweep.file;
     let axes: Vec<String> = sweep.axes.iter().map(|a| a.name.clone()).collect();
     let exprs = expects
         .iter()
@@ -777,22 +859,44 @@ pub fn expect_rows(path: &Path, table: &toml::Table, expects: &[Expect]) -> Resu
             parse(&e.metric, &axes).and_then(|x| sweep.check(&x, false).map(|_| x)).map_err(|m| format!("{file}: expect '{}': {m}", e.id))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let runs = sweep.run(default_jobs(), &|_, _| {})?;
-    let rows = expects
+    let (runs, known) = sweep.run_known(default_jobs(), &|_, _| {}, known)?;
+    let values = expects
         .iter()
         .zip(&exprs)
         .map(|(e, x)| {
             sweep
                 .eval(x, &runs, &|p| Err(format!("metric '{p}' needs a variant")))
-                .map(|ours| e.judge(ours))
                 .map_err(|m| format!("{file}: expect '{}': metric '{}': {m}", e.id, e.metric))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut plots = Vec::new();
-    for k in 0..sweep.metrics.len() {
-        plots.extend(sweep.plot_of(&runs, k).map_err(|m| format!("{file}: {m}"))?);
+    let mut out = Vec::new();
+    if plots {
+        for k in 0..sweep.metrics.len() {
+            out.extend(sweep.plot_of(&runs, k).map_err(|m| format!("{file}: {m}"))?);
+        }
     }
-    Ok((rows, plots))
+    Ok((values, out, known))
+}
+
+/// A scenario document as text for the scenario parser. `toml::to_string` leaves a table
+/// that holds only tables implicit (`[scheduler.usage.hard_time]` with no
+/// `[scheduler.usage]`), and the parser's spanned values cannot be read from an implicit
+/// table; so every table is written with its own header.
+pub fn scenario_text(doc: &toml::Table) -> Result<String, String> {
+    fn explicit(t: &mut toml_edit::Table) {
+        t.set_implicit(false);
+        for (_, item) in t.iter_mut() {
+            match item {
+                toml_edit::Item::Table(t) => explicit(t),
+                toml_edit::Item::ArrayOfTables(a) => a.iter_mut().for_each(explicit),
+                _ => {}
+            }
+        }
+    }
+    let text = toml::to_string(doc).map_err(|e| e.to_string())?;
+    let mut d: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+    explicit(d.as_table_mut());
+    Ok(d.to_string())
 }
 
 /// Sets `path` in `doc` to `value`. The path is dotted: a step into a table is a key; a

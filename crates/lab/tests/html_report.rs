@@ -122,7 +122,10 @@ fn repro_page_shows_every_row_beside_the_paper() {
         let run = runs.iter().find(|r| r.path.ends_with(format!("bvt/{fig}.toml"))).unwrap();
         assert!(!run.run.as_ref().unwrap().trace.vtimes.is_empty(), "{fig} has no virtual times");
     }
-    let verdicts = ["<td>pass</td>", "<td>DIFFERS</td>", "<td>FAIL</td>"].iter().map(|v| page.matches(v).count()).sum::<usize>();
+    let verdicts = ["<td>pass</td>", "<td>DIFFERS</td>", "<td>INCONSISTENT</td>", "<td>FAIL</td>"]
+        .iter()
+        .map(|v| page.matches(v).count())
+        .sum::<usize>();
     assert_eq!(verdicts, runs.iter().map(|r| r.rows.len()).sum::<usize>());
 }
 

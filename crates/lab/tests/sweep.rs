@@ -202,11 +202,13 @@ fn the_output_does_not_depend_on_the_threads() {
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let one = sweep
         .run(1, &|_, total| {
-            assert_eq!(total, 15);
+            assert_eq!(total, 12);
             calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         })
         .unwrap();
-    assert_eq!(calls.into_inner(), 15, "progress once per run");
+    // "solo" (no settings) is the scenario of "one/1": its 3 runs are that variant's.
+    assert_eq!(calls.into_inner(), 12, "progress once per run made");
+    assert_eq!(one[4].iter().map(|r| r.to_json()).collect::<Vec<_>>(), one[0].iter().map(|r| r.to_json()).collect::<Vec<_>>());
     let four = sweep.run(4, &|_, _| {}).unwrap();
     let json = |r: &vassal_lab::sweep::Runs| r.iter().flatten().map(|x| x.to_json()).collect::<Vec<_>>();
     assert_eq!(json(&one), json(&four));
@@ -310,4 +312,37 @@ fn the_unix_experiments_keep_the_invariants() {
             assert!(r.kernel.swap_outs > 0, "{file} {m}: swapping happens");
         }
     }
+}
+
+/// A control run of a sweep (`repro`'s `[control]`): `replace` gives a value another's
+/// settings, `set` applies after every variant's own; a variant whose scenario is
+/// unchanged is not run again (its report is reused), and reports match a fresh run.
+#[test]
+fn a_control_replaces_values_and_reuses_unchanged_runs() {
+    let text = format!(
+        "{BASE}[[axis]]\nname = \"sched\"\nvalues = [{{ name = \"rr\", set = {{ \"default.policy\" = \"rr\" }} }}, {{ name = \"fps\", set = {{ \"default.policy\" = \"fps\" }} }}]\n[[axis]]\npath = \"task.hog.count\"\nvalues = [1, 2]\n"
+    );
+    let sweep = Sweep::load(&write("control.toml", &text)).unwrap();
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let count = |_: usize, _: usize| {
+        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let (runs, known) = sweep.run_known(2, &count, &Default::default()).unwrap();
+    assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), 4);
+    // fps in rr's place: every variant is one already run.
+    let control = sweep.with_control(&[], &[("sched.fps".into(), "rr".into())]).unwrap();
+    assert_eq!(control.variants[2].name, "fps/1", "the value keeps its name");
+    let (theirs, _) = control.run_known(2, &count, &known).unwrap();
+    assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), 0, "nothing new to run");
+    assert_eq!(theirs[2][0].to_json(), runs[0][0].to_json());
+    // A setting after every variant's own: all runs are new, and as a fresh sweep's.
+    let set = [("machine.cpus".to_string(), toml::Value::Integer(2))];
+    let two = sweep.with_control(&set, &[]).unwrap();
+    let (fresh_known, _) = two.run_known(1, &count, &known).unwrap();
+    assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), 4);
+    let fresh = two.run(2, &|_, _| {}).unwrap();
+    let json = |r: &vassal_lab::sweep::Runs| r.iter().flatten().map(|x| x.to_json()).collect::<Vec<_>>();
+    assert_eq!(json(&fresh_known), json(&fresh));
+    assert!(sweep.with_control(&[], &[("sched.edf".into(), "rr".into())]).unwrap_err().contains("no value 'edf'"));
+    assert!(sweep.with_control(&[], &[("nope.fps".into(), "rr".into())]).unwrap_err().contains("no axis 'nope'"));
 }

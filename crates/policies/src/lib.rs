@@ -43,7 +43,7 @@ pub fn kinds() -> &'static [(&'static str, &'static str)] {
         ("wrr", "weighted round robin: a turn is weight x quantum (params: quantum)"),
         (
             "bvt",
-            "borrowed virtual time, paper 001 (params: mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight)",
+            "borrowed virtual time, paper 001 (params: mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight, charge)",
         ),
         (
             "bvt2",

@@ -5,6 +5,7 @@
 //! are vassal-lab's.
 
 pub mod behave;
+pub mod disk;
 pub mod engine;
 pub mod memory;
 pub mod metrics;

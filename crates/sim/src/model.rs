@@ -28,11 +28,30 @@ pub enum ClockMode {
 }
 
 /// Unscheduled time (interrupts, DPCs): on each CPU, gaps drawn from `interval`, each
-/// stealing `duration` from whatever runs.
+/// stealing `duration` from whatever runs; and as many further independent sources as
+/// `also` lists (e.g. paper 000's rare ~0.5 ms stretches beside the frequent short ones).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unscheduled {
     pub interval: Dist,
     pub duration: Dist,
+    pub also: Vec<UnscheduledSource>,
+}
+
+/// One further source of unscheduled time: gaps from `interval`, stretches from `duration`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnscheduledSource {
+    pub interval: Dist,
+    pub duration: Dist,
+}
+
+impl Unscheduled {
+    /// Source `k`'s (interval, duration): 0 is the first, then `also` in order.
+    pub fn source(&self, k: usize) -> Option<(&Dist, &Dist)> {
+        match k {
+            0 => Some((&self.interval, &self.duration)),
+            _ => self.also.get(k - 1).map(|s| (&s.interval, &s.duration)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -125,6 +144,14 @@ pub enum Phase {
     /// barriers, suspend/resume, per-phase policy and affinity). It is carried out while
     /// the task holds a CPU: a task that reaches one while waking first gets dispatched.
     Sync(SyncOp),
+    /// A disk transfer of this length on the named drive ([`crate::disk`]): the task
+    /// queues behind the drive's other requests (one is served at a time) and sleeps
+    /// until its own ends; a short I/O to the swap scheduler, locked in memory while its
+    /// transfer is under way (V7 `physio`).
+    Io {
+        disk: String,
+        time: Dist,
+    },
 }
 
 /// What a [`Phase::Sync`] does. Names are the scenario's: every task naming the same
@@ -188,12 +215,15 @@ pub enum Behaviour {
     /// ran past it. A frame shown more than `late_after` after its ideal time is late. A
     /// late player slows down (the next ideal time follows the late display) rather than
     /// catching up. Frames count as jobs: met = on time, missed = late.
-    Player { period: Ns, offset: Ns, exec: Dist, late_after: Ns },
+    /// `read`: before decoding each frame it reads its data, a transfer of this length on
+    /// the named drive ([`crate::disk`]), queued behind the drive's other requests.
+    Player { period: Ns, offset: Ns, exec: Dist, late_after: Ns, read: Option<(String, Dist)> },
     /// Bursts of CPU separated by think time (blocked, voluntary); response = burst
     /// completion − burst start.
     Interactive { burst: Dist, think: Dist },
-    /// Alternates running and sleeping.
-    Io { run: Dist, sleep: Dist, voluntary: bool },
+    /// Alternates running and sleeping; with `disk`, each sleep is a transfer of that
+    /// length on the named drive ([`crate::disk`]), queued behind its other requests.
+    Io { run: Dist, sleep: Dist, voluntary: bool, disk: Option<String> },
     /// Phases in order; `repeat` loops them, else the task exits after the last.
     Script { phases: Vec<Phase>, repeat: bool },
     /// An interrupt handler thread: blocked until an interrupt on `vector` is delivered,

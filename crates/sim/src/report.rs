@@ -221,6 +221,11 @@ pub struct KernelReport {
     pub swapper_runs: u64,
     /// CPU idle while a ready task was swapped out.
     pub swap_idle_ns: Ns,
+    /// CPU time of the swap scheduler (its runs, its searches, its transfers' stolen
+    /// cycles), charged as overhead.
+    pub swap_cpu_ns: Ns,
+    /// Per disk drive (in order of first mention): requests served and time busy.
+    pub disks: Vec<DiskReport>,
     /// CPU time of all tasks (user mode).
     pub user_ns: Ns,
     /// When the last task to exit exited (None: none exited).
@@ -229,6 +234,13 @@ pub struct KernelReport {
     pub user_util: f64,
     /// Per task (scenarios with `[memory]`): image size and swaps.
     pub images: Vec<ImageReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskReport {
+    pub name: String,
+    pub served: u64,
+    pub busy_ns: Ns,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -309,16 +321,20 @@ impl Report {
         let k = &self.kernel;
         let _ = writeln!(
             o,
-            "kernel: {} dispatches, {} system calls, {} swap-ins, {} swap-outs, {} swap-scheduler runs, {} ms idle with a ready process swapped out, user-mode CPU {:.2}%{}",
+            "kernel: {} dispatches, {} system calls, {} swap-ins, {} swap-outs, {} swap-scheduler runs ({} ms of CPU), {} ms idle with a ready process swapped out, user-mode CPU {:.2}%{}",
             k.dispatches,
             k.syscalls,
             k.swap_ins,
             k.swap_outs,
             k.swapper_runs,
+            ms(k.swap_cpu_ns),
             ms(k.swap_idle_ns),
             k.user_util * 100.0,
             k.last_exit_ns.map_or(String::new(), |e| format!(" (to the last exit at {} ms)", ms(e)))
         );
+        for d in &k.disks {
+            let _ = writeln!(o, "disk {}: {} transfers, busy {} ms", d.name, d.served, ms(d.busy_ns));
+        }
         if !k.images.is_empty() {
             let _ = writeln!(o, "\n{:<16} {:>8} {:>9} {:>9} {:>12}", "image", "size KB", "swap-ins", "swap-outs", "exit ms");
             for m in &k.images {

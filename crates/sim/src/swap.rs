@@ -74,12 +74,35 @@ pub struct MemoryConfig {
     pub min_resident: Ns,
     pub swap_in: SwapIn,
     pub swap_out: SwapOut,
+    /// CPU time to examine one entry of the structure a decision searches: a process
+    /// table entry (the standard strategies, §6: "linear searches through the entire
+    /// process table"), a ready-list entry (priority swap-in) or a memory-map entry
+    /// (MOUSE: "much smaller data structures").
+    pub scan_entry: Ns,
+    /// The process table's size (V7 `NPROC`): what the standard strategies search.
+    pub nproc: u64,
+    /// The fraction of CPU time (ppm) lost while a swap transfer moves data: the drive's
+    /// DMA steals bus cycles from the CPU.
+    pub dma_steal_ppm: u64,
+    /// A ready or sleeping image is swapped out for an incoming one only if that one has
+    /// been out this long (V7 `sched()`: "the swapped-out process has spent at least 3
+    /// seconds out"); 0: no such rule.
+    pub min_swapped_out: Ns,
+    /// A swapped-out task that becomes ready as the CPU scheduler's best ready task wakes
+    /// the swap scheduler at once even while it waits for a victim (`runin`); V7 wakes it
+    /// only from `runout`.
+    pub wake_on_ready: bool,
 }
 
 impl MemoryConfig {
     /// The time one image of `size` KB takes to move.
     pub fn transfer(&self, size: u64) -> Ns {
         self.seek.saturating_add(self.transfer_per_kb.saturating_mul(size))
+    }
+
+    /// The CPU time the DMA of a `size` KB transfer steals (its data phase, not its seek).
+    pub fn steal(&self, size: u64) -> Ns {
+        (self.transfer_per_kb.saturating_mul(size) as u128 * self.dma_steal_ppm as u128 / 1_000_000) as Ns
     }
 }
 
@@ -134,6 +157,8 @@ pub fn swap_in_priority(imgs: &[Image], order: &[usize]) -> Option<usize> {
 }
 
 /// Whether a loaded image may be swapped out now; `waiting_only`: MOUSE's first pass.
+/// `min_resident` is 0 when the incoming image has not been out `min_swapped_out` (V7:
+/// then only waiting images go); callers pass `Ns::MAX` for that.
 fn eligible(m: &Image, i: usize, now: Ns, min_resident: Ns, pinned: &[usize], waiting_only: bool) -> bool {
     if !m.loaded || m.moving || !m.alive() || pinned.contains(&i) {
         return false;
@@ -237,6 +262,10 @@ pub struct Swapper {
     pending: VecDeque<usize>,
     pub swap_ins: u64,
     pub swap_outs: u64,
+    /// Entries the last run's decisions examined (for its CPU cost).
+    pub scanned: u64,
+    /// CPU time stolen by transfers started since the engine last took it.
+    stolen: Ns,
 }
 
 impl Swapper {
@@ -251,7 +280,14 @@ impl Swapper {
             pending: VecDeque::new(),
             swap_ins: 0,
             swap_outs: 0,
+            scanned: 0,
+            stolen: 0,
         }
+    }
+
+    /// The CPU time stolen by the transfers started since the last call.
+    pub fn take_stolen(&mut self) -> Ns {
+        std::mem::take(&mut self.stolen)
     }
 
     pub fn activity(&self) -> Activity {
@@ -314,10 +350,21 @@ impl Swapper {
         if let Activity::Busy(until) = self.activity {
             return Step::Sleep(Activity::Busy(until)); // a transfer is under way
         }
-        let choice = match (self.cfg.swap_in, order) {
-            (SwapIn::Priority, Some(o)) => swap_in_priority(&self.imgs, o).or_else(|| swap_in_standard(&self.imgs)),
-            _ => swap_in_standard(&self.imgs),
+        let nproc = self.cfg.nproc.max(self.imgs.len() as u64);
+        let (choice, scanned) = match (self.cfg.swap_in, order) {
+            (SwapIn::Priority, Some(o)) => {
+                // The ready list, up to the first swapped-out task (§6).
+                let c = swap_in_priority(&self.imgs, o);
+                let seen = c.and_then(|c| o.iter().position(|&t| t == c)).map_or(o.len(), |k| k + 1) as u64;
+                match c {
+                    Some(c) => (Some(c), seen),
+                    None => (swap_in_standard(&self.imgs), seen + nproc),
+                }
+            }
+            // A linear search through the whole process table (§3).
+            _ => (swap_in_standard(&self.imgs), nproc),
         };
+        self.scanned = scanned;
         let Some(i) = choice else {
             self.activity = Activity::Runout;
             return Step::Sleep(Activity::Runout);
@@ -325,14 +372,24 @@ impl Swapper {
         let size = self.imgs[i].size;
         if self.map.alloc(i, size).is_some() {
             let until = now.saturating_add(self.cfg.transfer(size));
+            self.stolen = self.stolen.saturating_add(self.cfg.steal(size));
             self.imgs[i].moving = true;
             self.current = Some((i, true));
             self.activity = Activity::Busy(until);
             return Step::In { task: i, until };
         }
+        // V7: a ready or sleeping image goes only for one that has been out long enough.
+        let min_resident = if now.saturating_sub(self.imgs[i].since) >= self.cfg.min_swapped_out { self.cfg.min_resident } else { Ns::MAX };
         let victims = match self.cfg.swap_out {
-            SwapOut::Standard => swap_out_standard(&self.imgs, now, self.cfg.min_resident, pinned).map(|v| vec![v]),
-            SwapOut::Mouse => swap_out_mouse(&self.map, &self.imgs, size, now, self.cfg.min_resident, pinned),
+            SwapOut::Standard => {
+                self.scanned += nproc;
+                swap_out_standard(&self.imgs, now, min_resident, pinned).map(|v| vec![v])
+            }
+            SwapOut::Mouse => {
+                // One or two passes over the memory map.
+                self.scanned += 2 * self.map.areas().len() as u64;
+                swap_out_mouse(&self.map, &self.imgs, size, now, min_resident, pinned)
+            }
         };
         match victims {
             Some(v) if !v.is_empty() => {
@@ -357,6 +414,7 @@ impl Swapper {
     fn next_write(&mut self, now: Ns) -> Option<Ns> {
         let t = self.pending.pop_front()?;
         let until = now.saturating_add(self.cfg.transfer(self.imgs[t].size));
+        self.stolen = self.stolen.saturating_add(self.cfg.steal(self.imgs[t].size));
         self.current = Some((t, false));
         self.activity = Activity::Busy(until);
         Some(until)
@@ -424,6 +482,11 @@ mod tests {
             min_resident: 2 * SEC,
             swap_in,
             swap_out,
+            scan_entry: 0,
+            nproc: 0,
+            dma_steal_ppm: 0,
+            min_swapped_out: 0,
+            wake_on_ready: false,
         }
     }
 

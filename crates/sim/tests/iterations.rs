@@ -79,3 +79,40 @@ behaviour = { kind = "cpu" }
     // While x waits for its event the hog runs: x gets 10% of the CPU.
     assert!((x.cpu_frac - 0.1).abs() < 0.002, "{}", x.cpu_frac);
 }
+
+/// A periodic timer is a signalled object (paper 000 §6's NT timers; Linux's timerfd):
+/// an expiry that passed while the task was busy completes its next wait at once, and
+/// several that passed leave one signal, not a count. Loop [run 3.5 ms, timer 1 ms, run
+/// 0.2 ms, timer 1 ms], one-shot clock: arrivals at 3.5 (then waits for 4.5), 4.7 (waits
+/// for 5.5), 9.0 (6.5, 7.5 and 8.5 passed: at once), 9.2 (waits for 9.5: the three
+/// passed expiries were one signal), 13.0 (at once), 13.2 (waits for 13.5).
+#[test]
+fn a_timer_signalled_while_busy_completes_the_next_wait_at_once() {
+    let text = |clock: &str| {
+        format!(
+            r#"until = "14ms"
+[machine]
+cpus = 1
+clock = "{clock}"
+hz = 1000
+[[task]]
+name = "t"
+behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "3500us" }}, {{ timer = "1ms" }}, {{ run = "200us" }}, {{ timer = "1ms" }} ] }}
+"#
+        )
+    };
+    let r = run(&text("oneshot"));
+    let it = task(&r, "t").iterations;
+    // Intervals 4.3, 0.2, 3.8, 0.2 ms (the first, 1.2, follows no wait: not recorded).
+    assert_eq!((it.count, it.min_ns, it.max_ns, it.mean_ns), (4, 200_000, 4_300_000, 2_125_000));
+    // CPU: 3.5 + 0.2 + 3.5 + 0.2 + 3.5 + 0.2 + 0.5 (from 13.5 to the horizon).
+    assert_eq!(task(&r, "t").cpu_ns, 11_600_000);
+    // Tick clock at 1 kHz: an expiry signals at the tick that services it. Arrivals at
+    // 3.5 (waits for 4.5: tick 5), 5.2 (waits for 5.5: tick 6), 9.5 (6.5, 7.5, 8.5
+    // serviced by tick 9: at once), 9.7 (9.5 is serviced at tick 10: it waits), 13.5
+    // (at once), 13.7: the same intervals, the waits ending at ticks.
+    let r = run(&text("tick"));
+    let it = task(&r, "t").iterations;
+    assert_eq!((it.count, it.min_ns, it.max_ns, it.mean_ns), (4, 200_000, 4_300_000, 2_125_000));
+    assert_eq!(task(&r, "t").cpu_ns, 11_100_000, "the last wait, for 13.5, ends at tick 14: the horizon");
+}

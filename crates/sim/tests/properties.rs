@@ -23,6 +23,7 @@ use vassal_core::{CpuId, CpuSet, Ns, Request, TaskParams, Usage, MS, SEC, US};
 use vassal_policies::ParamValue;
 use vassal_sim::model::{
     Behaviour, ClockMode, Dist, InterruptSpec, Machine, Phase, PolicySpec, Scenario, SchedulerSpec, SendSpec, TaskSpec, Unscheduled,
+    UnscheduledSource,
 };
 use vassal_sim::{Report, Sim};
 
@@ -363,9 +364,9 @@ fn build(raw: &RawScenario) -> Scenario {
                     jobs: *jobs,
                 },
                 RawBeh::Interactive(b, th) => Behaviour::Interactive { burst: b.clone(), think: th.clone() },
-                RawBeh::Io(r, s, v) => Behaviour::Io { run: r.clone(), sleep: s.clone(), voluntary: *v },
+                RawBeh::Io(r, s, v) => Behaviour::Io { run: r.clone(), sleep: s.clone(), voluntary: *v, disk: None },
                 RawBeh::Handler(v, w) => Behaviour::Handler { vector: *v, work: w.clone() },
-                RawBeh::Player(p, e, l) => Behaviour::Player { period: *p, offset: 0, exec: e.clone(), late_after: *l },
+                RawBeh::Player(p, e, l) => Behaviour::Player { period: *p, offset: 0, exec: e.clone(), late_after: *l, read: None },
                 RawBeh::Script(phases, repeat) => {
                     let mut out: Vec<Phase> = phases
                         .iter()
@@ -438,7 +439,7 @@ fn build(raw: &RawScenario) -> Scenario {
             hz: raw.hz,
             switch_cost: raw.switch_cost,
             migration_cost: raw.migration_cost,
-            unscheduled: raw.unscheduled.clone().map(|(interval, duration)| Unscheduled { interval, duration }),
+            unscheduled: raw.unscheduled.clone().map(|(interval, duration)| Unscheduled { interval, duration, also: Vec::new() }),
             min_best_effort_ppm: None,
         },
         default_name: DEFAULT.into(),
@@ -646,7 +647,7 @@ proptest! {
 /// A different seed may give a different run (it is used); the same one never does.
 #[test]
 fn the_seed_drives_the_random_draws() {
-    let io = |n: &str| task(n, Behaviour::Io { run: Dist::Exp(MS), sleep: Dist::Exp(3 * MS), voluntary: true });
+    let io = |n: &str| task(n, Behaviour::Io { run: Dist::Exp(MS), sleep: Dist::Exp(3 * MS), voluntary: true, disk: None });
     let mut sc = scenario(machine(2, ClockMode::OneShot, 0, 5 * US, 0), rr(2 * MS), vec![io("a"), io("b"), io("c")], 200 * MS);
     let a = run_checked(sc.clone());
     let b = run_checked(sc.clone());
@@ -998,7 +999,7 @@ fn unscheduled_time_is_overhead() {
     let until = 100 * MS;
     for with_hog in [false, true] {
         let mut m = machine(1, ClockMode::OneShot, 0, 0, 0);
-        m.unscheduled = Some(Unscheduled { interval: Dist::Const(MS), duration: Dist::Const(10 * US) });
+        m.unscheduled = Some(Unscheduled { interval: Dist::Const(MS), duration: Dist::Const(10 * US), also: Vec::new() });
         let tasks = if with_hog { vec![hog("h")] } else { vec![] };
         let r = run_checked(scenario(m, rr(10 * MS), tasks, until));
         // At 1, 2, ..., 100ms; the one at the horizon is cut to nothing.
@@ -1007,6 +1008,13 @@ fn unscheduled_time_is_overhead() {
         assert_eq!(r.cpus[0].busy_ns, busy, "hog {with_hog}");
         assert_eq!(r.cpus[0].idle_ns, until - 99 * 10 * US - busy, "hog {with_hog}");
     }
+    // A second source adds its own stretches: at 10, 20, ..., 90 ms (the one at the
+    // horizon is cut), 100 us each, beside the first's.
+    let mut m = machine(1, ClockMode::OneShot, 0, 0, 0);
+    let also = vec![UnscheduledSource { interval: Dist::Const(10 * MS), duration: Dist::Const(100 * US) }];
+    m.unscheduled = Some(Unscheduled { interval: Dist::Const(MS), duration: Dist::Const(10 * US), also });
+    let r = run_checked(scenario(m, rr(10 * MS), vec![hog("h")], until));
+    assert_eq!(r.cpus[0].overhead_ns, 99 * 10 * US + 9 * 100 * US);
 }
 
 /// When the running task exits, its CPU needs one decision. `Sim::after_burst` (Step::Exit)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use vassal_core::{CpuId, CpuSet, Request, Usage, MS, SEC, US};
 use vassal_policies::ParamValue;
-use vassal_sim::model::{Behaviour, ClockMode, Dist, Phase, SendSpec};
+use vassal_sim::model::{Behaviour, ClockMode, Dist, Phase, SendSpec, UnscheduledSource};
 use vassal_sim::scenario::{load_scenario, parse_scenario, ScenarioError};
 
 /// Lines 1-3; whatever is appended starts at line 4.
@@ -131,6 +131,7 @@ min_best_effort = 0.05
 [machine.unscheduled]
 interval = { exp = "1ms" }
 duration = { uniform = ["5us", "50us"] }
+also = [{ interval = { exp = "500ms" }, duration = "500us" }]
 
 [default]
 name = "ts"
@@ -210,6 +211,9 @@ warp = true
     let u = m.unscheduled.as_ref().unwrap();
     assert_eq!(u.interval, Dist::Exp(MS));
     assert_eq!(u.duration, Dist::Uniform(5 * US, 50 * US));
+    assert_eq!(u.also, vec![UnscheduledSource { interval: Dist::Exp(500 * MS), duration: Dist::Const(500 * US) }]);
+    assert_eq!(u.source(1), Some((&Dist::Exp(500 * MS), &Dist::Const(500 * US))));
+    assert_eq!(u.source(2), None);
 
     assert_eq!(s.default_name, "ts");
     assert_eq!(s.default_policy.params.get("quantum"), Some(&ParamValue::Str("20ms".into())));
@@ -243,7 +247,7 @@ warp = true
         Behaviour::Periodic { period: 10 * MS, offset: MS, exec: Dist::Normal(2 * MS, 100 * US), deadline: 20 * MS, jobs: Some(100) }
     );
     assert_eq!(s.tasks[4].behaviour, Behaviour::Interactive { burst: Dist::Exp(5 * MS), think: Dist::Uniform(50 * MS, 150 * MS) });
-    assert_eq!(s.tasks[5].behaviour, Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false });
+    assert_eq!(s.tasks[5].behaviour, Behaviour::Io { run: Dist::Const(MS), sleep: Dist::Exp(4 * MS), voluntary: false, disk: None });
     assert_eq!(s.tasks[6].behaviour, Behaviour::Handler { vector: 3, work: Dist::Const(50 * US) });
     let Behaviour::Script { phases, repeat } = &s.tasks[7].behaviour else { panic!() };
     assert!(repeat);
@@ -423,6 +427,11 @@ fn machine_checks() {
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nmin_best_effort = 1.5\n", 4, "between 0 and 1");
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nmin_best_effort = inf\n", 4, "not a finite number");
     assert_err(&with("[machine.unscheduled]\ninterval = \"0ms\"\nduration = \"1us\"\n"), 5, "mean greater than 0");
+    assert_err(
+        &with("[machine.unscheduled]\ninterval = \"1ms\"\nduration = \"1us\"\nalso = [{ interval = \"0ms\", duration = \"1us\" }]\n"),
+        7,
+        "mean greater than 0",
+    );
 }
 
 #[test]

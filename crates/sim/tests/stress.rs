@@ -139,7 +139,7 @@ fn behaviour(rng: &mut ChaCha8Rng, me: usize) -> Behaviour {
             }
         }
         12..=26 => Behaviour::Interactive { burst: d(rng, 100 * US, 2 * MS), think: d(rng, 50 * MS, 500 * MS) },
-        27..=41 => Behaviour::Io { run: d(rng, 50 * US, MS), sleep: d(rng, 20 * MS, 200 * MS), voluntary: rng.gen() },
+        27..=41 => Behaviour::Io { run: d(rng, 50 * US, MS), sleep: d(rng, 20 * MS, 200 * MS), voluntary: rng.gen(), disk: None },
         42..=46 => Behaviour::Handler { vector: rng.gen_range(0..4), work: d(rng, 10 * US, 100 * US) },
         _ => {
             // Scripts: they join and leave schedulers as they go, and always sleep
@@ -187,7 +187,7 @@ fn stress_scenario(until: Ns, seed: u64) -> Scenario {
             hz: 250,
             switch_cost: 3 * US,
             migration_cost: 15 * US,
-            unscheduled: Some(Unscheduled { interval: Dist::Exp(5 * MS), duration: Dist::Exp(20 * US) }),
+            unscheduled: Some(Unscheduled { interval: Dist::Exp(5 * MS), duration: Dist::Exp(20 * US), also: Vec::new() }),
             min_best_effort_ppm: None,
         },
         default_name: DEFAULT.into(),

@@ -174,25 +174,35 @@ fn random_scenarios_with_memory_keep_the_invariants() {
     for case in 0..150 {
         let policy = policies[case % policies.len()];
         let mem = rng.gen_range(40..200);
+        let u_area = rng.gen_range(0..3);
         let cpus = if rng.gen_bool(0.3) { 2 } else { 1 };
         let placement = if rng.gen_bool(0.5) { "first_fit" } else { "best_fit" };
         let swap_in = if rng.gen_bool(0.5) { "standard" } else { "priority" };
         let swap_out = if rng.gen_bool(0.5) { "standard" } else { "mouse" };
         let mut text = format!(
-            "until = \"30s\"\nseed = {case}\n[machine]\ncpus = {cpus}\n[default]\npolicy = \"{policy}\"\n[memory]\nsize_kb = {mem}\nplacement = \"{placement}\"\nswap_seek = \"{}ms\"\nswap_transfer = \"{}us\"\nswap_cpu = \"{}us\"\nmin_resident = \"{}ms\"\nswap_in = \"{swap_in}\"\nswap_out = \"{swap_out}\"\n",
+            "until = \"30s\"\nseed = {case}\n[machine]\ncpus = {cpus}\n[default]\npolicy = \"{policy}\"\n[memory]\nsize_kb = {mem}\nplacement = \"{placement}\"\nswap_seek = \"{}ms\"\nswap_transfer = \"{}us\"\nswap_cpu = \"{}us\"\nmin_resident = \"{}ms\"\nswap_in = \"{swap_in}\"\nswap_out = \"{swap_out}\"\nu_area_kb = {u_area}\nnproc = 20\nscan_entry = \"{}us\"\ndma_steal = {}\nmin_swapped_out = \"{}ms\"\nwake_on_ready = {}\n",
             rng.gen_range(0..50),
             rng.gen_range(0..3000),
             rng.gen_range(0..2000),
             rng.gen_range(0..3000),
+            rng.gen_range(0..30),
+            rng.gen_range(0..=10) as f64 / 10.0,
+            rng.gen_range(0..4000),
+            rng.gen_bool(0.5),
         );
         for t in 0..rng.gen_range(1..12) {
-            let size = rng.gen_range(1..=mem);
+            let size = rng.gen_range(1..=mem - u_area);
             let mut phases = vec![format!("{{ run = \"{}ms\" }}", rng.gen_range(1..50))];
             for _ in 0..rng.gen_range(0..5) {
-                phases.push(match rng.gen_range(0..5) {
+                phases.push(match rng.gen_range(0..6) {
                     0 | 1 => format!("{{ run = {{ exp = \"{}ms\" }} }}", rng.gen_range(1..200)),
                     2 => format!("{{ sleep = {{ uniform = [\"1ms\", \"{}ms\"] }} }}", rng.gen_range(2..300)),
                     3 => format!("{{ terminal = \"{}ms\" }}", rng.gen_range(1..3000)),
+                    4 => format!(
+                        "{{ io = {{ disk = \"d{}\", time = {{ uniform = [\"1ms\", \"{}ms\"] }} }} }}",
+                        rng.gen_range(0..2),
+                        rng.gen_range(2..200)
+                    ),
                     _ => "{ yield = true }".to_string(),
                 });
             }
@@ -214,4 +224,91 @@ fn random_scenarios_with_memory_keep_the_invariants() {
         swapped += (k.swap_outs > 0) as u32;
     }
     assert!(swapped > 50, "only {swapped} of 150 cases swapped");
+}
+
+fn exit_ms(r: &Report, name: &str) -> u64 {
+    r.kernel.images.iter().find(|m| m.name == name).and_then(|m| m.exit_ns).expect("it exits") / 1_000_000
+}
+
+/// A drive serves one transfer at a time, first come first served (V7 raw I/O: one
+/// buffer per drive); everyone fits in memory, so every task may take its turn.
+#[test]
+fn a_drive_serves_one_transfer_at_a_time() {
+    let r = run_checked(
+        "until = \"1s\"\n[machine]\ncpus = 2\n[memory]\nsize_kb = 1000\nswap_seek = \"10ms\"\nswap_transfer = \"1ms\"\n[[task]]\nname = \"a\"\ncount = 3\nsize_kb = 10\nbehaviour = { kind = \"script\", phases = [{ io = { disk = \"rl1\", time = \"10ms\" } }] }\n[[task]]\nname = \"b\"\nsize_kb = 10\nbehaviour = { kind = \"script\", phases = [{ io = { disk = \"rl2\", time = \"10ms\" } }] }\n",
+    );
+    let mut ends: Vec<u64> = ["a.0", "a.1", "a.2"].iter().map(|n| exit_ms(&r, n)).collect();
+    ends.sort();
+    assert_eq!(ends, [10, 20, 30], "three transfers queue on rl1");
+    assert_eq!(exit_ms(&r, "b"), 10, "rl2 is another drive");
+    let d: Vec<(&str, u64, u64)> = r.kernel.disks.iter().map(|d| (d.name.as_str(), d.served, d.busy_ns / 1_000_000)).collect();
+    assert_eq!(d, [("rl1", 3, 30), ("rl2", 1, 10)]);
+}
+
+/// A task whose transfer is under way is locked in memory (V7 physio's SLOCK): here the
+/// only image that could make room is transferring for 5 s, so the swapped-out hog waits
+/// for it; with a plain sleep of the same length it comes in after the 2 s residence.
+#[test]
+fn a_task_in_transfer_is_locked_in_memory() {
+    let tasks = |block: &str| {
+        format!(
+            "[[task]]\nname = \"io\"\nsize_kb = 60\nbehaviour = {{ kind = \"script\", phases = [{{ run = \"1ms\" }}, {block}, {{ run = \"1s\" }}] }}\n[[task]]\nname = \"hog\"\nsize_kb = 60\nbehaviour = {{ kind = \"cpu\" }}\n"
+        )
+    };
+    let hog_cpu = |block: &str| {
+        let r = run_checked(&with_memory("fb", "standard", "standard", &tasks(block), "6s"));
+        r.tasks.iter().find(|t| t.name == "hog").unwrap().cpu_ns as f64 / 1e9
+    };
+    let locked = hog_cpu("{ io = { disk = \"rl1\", time = \"5s\" } }");
+    let free = hog_cpu("{ sleep = \"5s\" }");
+    assert!(locked < 1.0, "the hog waited for the transfer: {locked} s of CPU");
+    assert!(free > 2.5, "the sleeper went out after 2 s: {free} s of CPU");
+}
+
+/// A swapped-out task queued on a drive cannot take its turn: the drive serves the next
+/// task in memory, and the swapped-out one is brought in to take the buffer when the
+/// drive is free (V7 wakes every process sleeping on the buffer).
+#[test]
+fn a_queued_task_that_is_swapped_out_is_brought_in_to_take_its_turn() {
+    let tasks = "[[task]]\nname = \"w\"\ncount = 4\nsize_kb = 40\nbehaviour = { kind = \"script\", phases = [{ run = { exp = \"30ms\" } }, { io = { disk = \"rl1\", time = { uniform = [\"10ms\", \"50ms\"] } } }, { times = 100 }] }\n";
+    for swap_out in ["standard", "mouse"] {
+        let r = run_checked(&with_memory("fb", "priority", swap_out, tasks, "200s"));
+        assert_eq!(r.kernel.disks[0].served, 400, "{swap_out}: every transfer done");
+        assert_eq!(r.kernel.images.iter().filter(|m| m.exit_ns.is_some()).count(), 4, "{swap_out}");
+        assert!(r.kernel.swap_outs > 0, "{swap_out}: it swapped");
+    }
+}
+
+/// The swap scheduler's CPU: its transfers' DMA steals `dma_steal` of each data phase
+/// (not the seek), and each decision searches entries at `scan_entry` each.
+#[test]
+fn swapping_costs_the_cpu_its_stolen_cycles_and_searches() {
+    // x (50 KB) waits on the terminal; y (60 KB) cannot come in until x goes out:
+    // x out (10 + 50 ms), y in (10 + 60 ms).
+    let tasks = "[[task]]\nname = \"x\"\nsize_kb = 50\nbehaviour = { kind = \"script\", phases = [{ terminal = \"100s\" }] }\n[[task]]\nname = \"y\"\nsize_kb = 60\nbehaviour = { kind = \"cpu\" }\n";
+    let cost = |extra: &str| {
+        let text = with_memory("fb", "standard", "standard", tasks, "2s").replacen("[[task]]", &format!("{extra}[[task]]"), 1);
+        let r = run_checked(&text);
+        assert_eq!((r.kernel.swap_outs, r.kernel.swap_ins), (1, 1));
+        r.kernel.swap_cpu_ns
+    };
+    assert_eq!(cost(""), 0);
+    // half of 50 ms + half of 60 ms
+    assert_eq!(cost("dma_steal = 0.5\n"), 55_000_000);
+    // three runs (swap x out; swap y in; nothing more to do), standard searches of the
+    // 10-entry table: 2 + 1 + 1 of them
+    assert_eq!(cost("nproc = 10\nscan_entry = \"1us\"\n"), 40_000);
+}
+
+/// V7's `sched()` swaps a ready image out only for one that has been out 3 s (`outage
+/// >= 3`): the rotation of hogs that do not fit slows down.
+#[test]
+fn a_ready_image_goes_out_only_for_one_out_long_enough() {
+    let tasks = "[[task]]\nname = \"hog\"\ncount = 3\nsize_kb = 40\nbehaviour = { kind = \"cpu\" }\n";
+    let outs = |extra: &str| {
+        let text = with_memory("fb", "standard", "standard", tasks, "30s").replacen("[[task]]", &format!("{extra}[[task]]"), 1);
+        run_checked(&text).kernel.swap_outs
+    };
+    let (v7, free) = (outs("min_swapped_out = \"3s\"\n"), outs(""));
+    assert!(v7 < free, "{v7} swap-outs with the 3 s rule, {free} without");
 }

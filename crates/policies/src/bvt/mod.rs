@@ -178,6 +178,12 @@ pub struct BvtConfig {
     /// paper's Table 5 (a low-weight looping rt thread's 540 ms latency) fits it, see
     /// docs/repro.md.
     pub c_weight: u64,
+    /// §3's implementation: `true` charges a running task one mcu at each timer interrupt
+    /// (the ticks at the multiples of `mcu`) instead of rounding each run up to whole mcu
+    /// (§2); the context-switch countdown then ends at a tick, and the warp time limit is
+    /// detected at the first tick past it ("checking warp time limits at the granularity
+    /// of mcu", §4.3). Default false.
+    pub tick_charge: bool,
 }
 
 impl Default for BvtConfig {
@@ -191,6 +197,7 @@ impl Default for BvtConfig {
             wake_preempt: WakePreempt::Immediate,
             svt_adjust: true,
             c_weight: 0,
+            tick_charge: false,
         }
     }
 }
@@ -361,7 +368,8 @@ pub struct Bvt {
 /// C), `wake_preempt` ("immediate", the default, §3/§4; or "allowance", §2.1), `svt_adjust`
 /// (default true: A_i ← max(A_i, SVT) on a voluntary wake-up, §2.1; false only to show
 /// Figure 2's "without adjustment"), `c_weight` (default 0: C/w_i with the running task's
-/// weight, §2.1; w > 0: C/w for every task).
+/// weight, §2.1; w > 0: C/w for every task), `charge` ("started", the default: each started
+/// mcu, §2; "tick": one mcu per timer interrupt while running, §3).
 pub fn build(p: &mut Params) -> Result<Bvt, String> {
     let d = BvtConfig::default();
     let mcu = p.duration("mcu", d.mcu)?;
@@ -375,7 +383,8 @@ pub fn build(p: &mut Params) -> Result<Bvt, String> {
     };
     let svt_adjust = p.bool("svt_adjust", d.svt_adjust)?;
     let c_weight = p.int("c_weight", d.c_weight as i64, 0..=MAX_WEIGHT)? as u64;
-    Bvt::new(BvtConfig { mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight })
+    let tick_charge = p.choice("charge", "started", &["started", "tick"])? == "tick";
+    Bvt::new(BvtConfig { mcu, c, migration_penalty, interactive, w_int, wake_preempt, svt_adjust, c_weight, tick_charge })
 }
 
 impl Default for Bvt {
@@ -602,7 +611,7 @@ impl Bvt {
                 if below(-(ei - ej), victim.map(|(m, _)| -m)) {
                     victim = Some((ei - ej, cpu));
                 }
-            } else if let Some(r) = self.run_until_cross(ti, ti.credit, ti.evt(), ej) {
+            } else if let Some(r) = self.run_until_cross(ti, ti.credit, ti.evt(), ej, ti.settled_at) {
                 arm.push((cpu, ti.settled_at.saturating_add(r)));
             }
         }
@@ -944,8 +953,13 @@ impl Policy for Bvt {
     fn on_run(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
         let Some(t) = self.task(task) else { return };
         let now = ctx.now();
-        // §2/§2.1: charge k·m_i for the k mcu started.
-        let (da, frac, credit) = self.charge_for(t.weight, t.frac, t.credit, ran);
+        // §2/§2.1: charge k·m_i for the k mcu started (§3: for the k ticks run through).
+        let (da, frac, credit) = if self.cfg.tick_charge {
+            let (da, frac) = self.charge_ticks(t.weight, t.frac, now.saturating_sub(ran), now);
+            (da, frac, 0)
+        } else {
+            self.charge_for(t.weight, t.frac, t.credit, ran)
+        };
         self.update(task, |t| {
             t.avt += da;
             t.frac = frac;
@@ -1133,7 +1147,8 @@ impl Policy for Bvt {
         // §3: the countdown until the next-best task would take over.
         let slice = match rival {
             None => None,
-            Some(r) => match self.run_until_cross(t, credit, t.evt(), r.0) {
+            Some(r) => match self.run_until_cross(t, credit, t.evt(), r.0, now) {
+                Some(0) if self.cfg.tick_charge => Some(self.to_tick(now, 1)),
                 Some(0) => Some(if credit > 0 { credit } else { self.cfg.mcu }),
                 s => s,
             },
@@ -1214,9 +1229,26 @@ mod tests {
         let b = bvt(10);
         let t = Task::new(2);
         // C = 20 real ns: weight 2 must get 10 virtual ns ahead: 2 mcu.
-        assert_eq!(b.run_until_cross(&t, 0, 0, 0), Some(20));
-        assert_eq!(b.run_until_cross(&t, 3, 0, 0), Some(23));
-        assert_eq!(b.run_until_cross(&t, 0, 10 * VT_SCALE, 0), Some(0));
-        assert_eq!(b.run_until_cross(&t, 0, 9 * VT_SCALE, 0), Some(10));
+        assert_eq!(b.run_until_cross(&t, 0, 0, 0, 0), Some(20));
+        assert_eq!(b.run_until_cross(&t, 3, 0, 0, 0), Some(23));
+        assert_eq!(b.run_until_cross(&t, 0, 10 * VT_SCALE, 0, 0), Some(0));
+        assert_eq!(b.run_until_cross(&t, 0, 9 * VT_SCALE, 0, 0), Some(10));
+    }
+
+    /// §3: with tick charging a run is charged one mcu per timer interrupt it runs
+    /// through (the ticks at multiples of mcu; a tick charges the task that ran up to it),
+    /// and the countdown ends at a tick.
+    #[test]
+    fn tick_charging_counts_the_ticks_run_through() {
+        let b = Bvt::new(BvtConfig { mcu: 10, c: 20, tick_charge: true, ..BvtConfig::default() }).unwrap();
+        assert_eq!(b.charge_ticks(1, 0, 3, 8), (0, 0), "no tick in (3, 8]");
+        assert_eq!(b.charge_ticks(1, 0, 5, 10), (10 * VT_SCALE, 0), "the tick at 10 charges the run up to it");
+        assert_eq!(b.charge_ticks(1, 0, 10, 15), (0, 0), "a run starting at a tick is not charged for it");
+        assert_eq!(b.charge_ticks(1, 0, 5, 31), (30 * VT_SCALE, 0));
+        let t = Task::new(2);
+        // 2 mcu needed: the second tick after 5 is at 20.
+        assert_eq!(b.run_until_cross(&t, 0, 0, 0, 5), Some(15));
+        assert_eq!(b.run_until_cross(&t, 0, 0, 0, 10), Some(20));
+        assert_eq!(b.to_tick(7, 1), 3);
     }
 }

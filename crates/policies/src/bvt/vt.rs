@@ -54,6 +54,21 @@ impl Bvt {
         (total / w, (total % w) as u64, new_credit)
     }
 
+    /// §3: the AVT increase (and new frac) for running from `from` to `to`: one mcu advance
+    /// per timer interrupt in (from, to], the interrupts at the multiples of mcu (a tick
+    /// charges the task that ran up to it).
+    pub(super) fn charge_ticks(&self, weight: u64, frac: u64, from: Ns, to: Ns) -> (i128, u64) {
+        let k = (to / self.cfg.mcu).saturating_sub(from / self.cfg.mcu);
+        let total = frac as i128 + k as i128 * self.mcu_vt();
+        let w = weight as i128;
+        (total / w, (total % w) as u64)
+    }
+
+    /// The time from `from` to the `k`-th timer interrupt after it.
+    pub(super) fn to_tick(&self, from: Ns, k: u64) -> Ns {
+        (from / self.cfg.mcu).saturating_add(k).saturating_mul(self.cfg.mcu).saturating_sub(from)
+    }
+
     /// The credit a task would keep if dispatched on `cpu` now.
     pub(super) fn effective_credit(t: &Task, cpu: CpuId, now: Ns) -> Ns {
         if t.stopped == Some((cpu, now)) {
@@ -67,6 +82,7 @@ impl Bvt {
     /// scheduler advances the running thread's AVT whenever it is invoked).
     pub(super) fn pending_charge(&self, t: &Slot<Task>, now: Ns) -> i128 {
         match t.st {
+            St::Running(_) if self.cfg.tick_charge => self.charge_ticks(t.weight, t.frac, t.settled_at, now).0,
             St::Running(_) => self.charge_for(t.weight, t.frac, t.credit, now.saturating_sub(t.settled_at)).0,
             _ => 0,
         }
@@ -76,8 +92,9 @@ impl Bvt {
     /// §2.1 rule lets `e_rival` replace it: credit + k whole mcu, k the fewest mcu after
     /// which w_t·(E_t − E_rival) ≥ C. The last mcu is paid for, so it is run to its end
     /// (§3's context-switch countdown counts whole mcu). 0: the rule holds already.
-    /// None: too far in the future to matter.
-    pub(super) fn run_until_cross(&self, t: &Task, credit: Ns, e_t: i128, e_rival: i128) -> Option<Ns> {
+    /// None: too far in the future to matter. With tick charging (§3) the k mcu are the
+    /// next k timer interrupts after `from` (when the task was last accounted).
+    pub(super) fn run_until_cross(&self, t: &Task, credit: Ns, e_t: i128, e_rival: i128, from: Ns) -> Option<Ns> {
         let w = t.weight as i128;
         let cw = self.c_w(t.weight) as i128;
         let need = self.c_vt() - cw * (e_t - e_rival);
@@ -87,6 +104,10 @@ impl Bvt {
         let q = (need + cw - 1) / cw; // AVT units to gain
         let units = q * w - t.frac as i128; // > 0: q ≥ 1 and frac < w
         let k = (units + self.mcu_vt() - 1) / self.mcu_vt();
+        if self.cfg.tick_charge {
+            let ns = self.to_tick(from, k.min(u64::MAX as i128) as u64) as u128;
+            return (ns <= MAX_SLICE).then_some(ns as Ns);
+        }
         let ns = credit as u128 + k as u128 * self.cfg.mcu as u128;
         (ns <= MAX_SLICE).then_some(ns as Ns)
     }

@@ -10,12 +10,15 @@ impl Bvt {
     /// The warp budget used since `warp_run_from` is settled. Returns true if the warp time
     /// limit L_i is reached.
     pub(super) fn settle_warp(&mut self, id: TaskId, now: Ns) -> bool {
+        let (mcu, tick) = (self.cfg.mcu, self.cfg.tick_charge);
         let t = self.t_mut(id);
         if let Some(from) = t.warp_run_from {
             t.warp_run_from = if matches!(t.st, St::Running(_)) { Some(now) } else { None };
             if t.warped && t.warp_limit > 0 {
+                let reached = from.saturating_add(t.warp_left);
                 t.warp_left = t.warp_left.saturating_sub(now.saturating_sub(from));
-                return t.warp_left == 0;
+                // §4.3: with tick charging the limit is only seen at a timer interrupt.
+                return t.warp_left == 0 && (!tick || reached.div_ceil(mcu).saturating_mul(mcu) <= now);
             }
         }
         false
@@ -29,13 +32,18 @@ impl Bvt {
         }
     }
 
-    /// §2.2 footnote 2: a one-shot timer gets control exactly when the warp limit is reached.
+    /// §2.2 footnote 2: a one-shot timer gets control exactly when the warp limit is
+    /// reached; with tick charging (§3, §4.3) the limit is detected at the first timer
+    /// interrupt at or after it.
     pub(super) fn arm_limit_event(&mut self, ctx: &mut Ctx, id: TaskId) {
         let now = ctx.now();
+        let mcu = self.cfg.mcu;
+        let tick = self.cfg.tick_charge;
         let t = self.t_mut(id);
         if t.warped && t.warp_limit > 0 && matches!(t.st, St::Running(_)) {
             t.limit_armed = true;
             let at = now.saturating_add(t.warp_left);
+            let at = if tick { at.div_ceil(mcu).saturating_mul(mcu) } else { at };
             let _ = ctx.set_event(at, token(TOKEN_WARP_LIMIT, id.0 as u64));
         }
     }

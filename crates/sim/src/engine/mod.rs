@@ -34,6 +34,7 @@ use crate::report::Report;
 use crate::swap::Swapper;
 
 mod cpu;
+mod disk;
 mod queue;
 mod report;
 mod swapping;
@@ -155,6 +156,9 @@ pub struct Sim {
     open: Vec<Option<(usize, Ns, String)>>,
     /// Main memory and the swap scheduler (scenarios with `[memory]`).
     swap: Option<Swapper>,
+    /// The disk drives the tasks' `io` phases name ([`crate::disk`]), by index.
+    disks: Vec<crate::disk::Disk>,
+    disk_index: BTreeMap<String, usize>,
     /// The paper 004 §5 kernel event counts.
     kernel: Kernel,
     /// While tracing: each task's last recorded virtual times.
@@ -214,9 +218,11 @@ impl Sim {
                 loops: Vec::new(),
                 run_until: None,
                 rt_timers: Vec::new(),
+                io: None,
             });
         }
         let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
+        let disk_index = disk::index(&sc);
         let metrics = Metrics::new(sc.machine.cpus, sc.tasks.iter().map(|t| t.name.clone()));
         let mut sim = Sim {
             now: 0,
@@ -234,6 +240,8 @@ impl Sim {
             trace: None,
             open: vec![None; n],
             swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
+            disks: vec![crate::disk::Disk::default(); disk_index.len()],
+            disk_index,
             kernel: Kernel::new(sc.tasks.len()),
             vt_last: Vec::new(),
             watchdog_at: None,

@@ -28,7 +28,8 @@ pub(super) enum Ev {
     CpuTimer(u16),
     Tick,
     Interrupt(usize),
-    Unscheduled(u16),
+    /// Unscheduled time on a CPU from one of its sources (`Unscheduled::source`).
+    Unscheduled(u16, u16),
     /// The swap scheduler wakes (a transfer ended, its once-a-second retry, or a wake-up;
     /// timer [`Timer::Swap`]).
     Swap,
@@ -36,6 +37,8 @@ pub(super) enum Ev {
     Behave(usize, u32),
     /// A contained module's watchdog may fire now (see `Sim::contain`).
     Watchdog,
+    /// A disk drive's transfer ended (timer [`Timer::Disk`]).
+    DiskDone(usize),
 }
 
 /// The keys of the engine's timers that are re-armed or cancelled: each names at most
@@ -46,10 +49,12 @@ pub(super) enum Timer {
     Wake(usize),
     Swap,
     Behave(usize, u32),
+    Disk(usize),
 }
 
 /// A CPU's timer, re-armed at nearly every decision, has a lane of its own; the wake and
-/// swap timers are found by index; a behaviour's own timers by their key.
+/// swap timers are found by index; a behaviour's own timers and the (few) disks' by
+/// their key.
 impl TimerKey for Timer {
     fn lane(&self) -> Option<usize> {
         match *self {
@@ -61,7 +66,7 @@ impl TimerKey for Timer {
         match *self {
             Timer::Swap => Some(0),
             Timer::Wake(i) => Some(1 + i),
-            Timer::Cpu(_) | Timer::Behave(..) => None,
+            Timer::Cpu(_) | Timer::Behave(..) | Timer::Disk(_) => None,
         }
     }
 }
@@ -117,8 +122,11 @@ impl Sim {
         }
         if let Some(u) = &sc.machine.unscheduled {
             for c in 0..self.cpus.len() {
-                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
-                self.push(gap, Ev::Unscheduled(c as u16));
+                for k in 0..=u.also.len() {
+                    let Some((interval, _)) = u.source(k) else { continue };
+                    let gap = sample(interval, &mut self.cpu_rngs[c]).max(1);
+                    self.push(gap, Ev::Unscheduled(c as u16, k as u16));
+                }
             }
         }
     }
@@ -165,16 +173,18 @@ impl Sim {
             Ev::Swap => self.swap_event(),
             Ev::Behave(i, key) => self.behave_timer(i, key),
             Ev::Watchdog => self.watchdog_at = None,
-            Ev::Unscheduled(c) => {
+            Ev::DiskDone(d) => self.disk_done(d),
+            Ev::Unscheduled(c, k) => {
                 let c = c as usize;
                 self.settle(c);
-                let Some(u) = self.sc.machine.unscheduled.as_ref() else { return };
-                let dur = sample(&u.duration, &mut self.cpu_rngs[c]);
-                let gap = sample(&u.interval, &mut self.cpu_rngs[c]).max(1);
+                let sc = Arc::clone(&self.sc);
+                let Some((interval, duration)) = sc.machine.unscheduled.as_ref().and_then(|u| u.source(k as usize)) else { return };
+                let dur = sample(duration, &mut self.cpu_rngs[c]);
+                let gap = sample(interval, &mut self.cpu_rngs[c]).max(1);
                 let cpu = &mut self.cpus[c];
                 cpu.busy_until = cpu.busy_until.max(self.now).saturating_add(dur);
                 self.replan(c);
-                self.push(self.now.saturating_add(gap), Ev::Unscheduled(c as u16));
+                self.push(self.now.saturating_add(gap), Ev::Unscheduled(c as u16, k));
             }
         }
     }

@@ -29,6 +29,9 @@ pub(crate) struct Kernel {
     pub swapper_runs: u64,
     /// CPU idle while a ready task was swapped out.
     pub swap_idle_ns: Ns,
+    /// CPU time of the swap scheduler: its runs, its searches, and the cycles its
+    /// transfers' DMA stole.
+    pub swap_cpu_ns: Ns,
     /// Per task: when it exited.
     pub exits: Vec<Option<Ns>>,
 }
@@ -54,16 +57,30 @@ impl Sim {
     pub(super) fn swap_ready(&mut self, i: usize) {
         let Some(sw) = &mut self.swap else { return };
         sw.set_state(i, ProcState::Ready);
-        if !sw.loaded(i) && sw.activity() == Activity::Runout {
+        let wake = match sw.activity() {
+            _ if sw.loaded(i) => false,
+            Activity::Runout => true,
+            // With `wake_on_ready`, a swapped-out task that is now the CPU scheduler's
+            // best ready task (the one the priority swap-in would take) wakes it too.
+            Activity::Runin if sw.cfg.wake_on_ready => self.drv.disp.swap_advice().is_some_and(|a| {
+                a.ready.iter().find(|t| !self.swap.as_ref().is_some_and(|s| s.loaded(t.0 as usize))).is_some_and(|t| t.0 as usize == i)
+            }),
+            _ => false,
+        };
+        if wake {
             self.swap_wake_at(self.now);
         }
     }
 
-    /// Task `i` blocked: waiting (a terminal wait) or sleeping (short I/O).
+    /// Task `i` blocked: waiting (a terminal wait) or sleeping (short I/O). A task that
+    /// starts waiting may be the victim the swap scheduler waits for: V7's `sleep()` at a
+    /// priority above PZERO wakes it from `runin`.
     pub(super) fn swap_blocked(&mut self, i: usize) {
         let waiting = self.tasks[i].waiting;
-        if let Some(sw) = &mut self.swap {
-            sw.set_state(i, if waiting { ProcState::Waiting } else { ProcState::Sleeping });
+        let Some(sw) = &mut self.swap else { return };
+        sw.set_state(i, if waiting { ProcState::Waiting } else { ProcState::Sleeping });
+        if waiting && sw.activity() == Activity::Runin {
+            self.swap_wake_at(self.now);
         }
     }
 
@@ -101,6 +118,8 @@ impl Sim {
                 Some(Done::In(t)) => {
                     self.drv.disp.set_loaded(now, self.tasks[t].id, true);
                     self.mark(t, MarkKind::SwapIn);
+                    // A drive may have been waiting for this task to take its turn.
+                    self.disks_kick();
                 }
                 Some(Done::Out { next: Some(until), .. }) => self.swap_wake_at(until),
                 _ => {}
@@ -112,23 +131,27 @@ impl Sim {
     /// One run of the swap scheduler: a dispatch, its CPU time, and one step of its loop.
     fn swap_run(&mut self) {
         let now = self.now;
-        let Some(sw) = &self.swap else { return };
-        let cost = sw.cfg.swap_cpu;
         self.kernel.swapper_runs += 1;
         self.kernel.dispatches += 1;
-        if let Some(cpu) = self.cpus.first_mut() {
-            cpu.busy_until = cpu.busy_until.max(now).saturating_add(cost);
-            // When it sleeps again, the CPU scheduler decides anew.
-            self.drv.request(CpuId(0), Preempt::Resched);
-        }
         if matches!(self.swap.as_ref().map(|s| s.activity()), Some(Activity::Busy(_))) {
-            return; // the next write of a cluster is under way
+            // The next write of a cluster is under way: no decision, only the run.
+            let Some(sw) = &mut self.swap else { return };
+            let cost = sw.cfg.swap_cpu.saturating_add(sw.take_stolen());
+            self.swap_charge(cost);
+            return;
         }
         let advice = self.drv.disp.swap_advice();
         let order: Option<Vec<usize>> = advice.as_ref().map(|a| a.ready.iter().map(|t| t.0 as usize).collect());
-        let pinned: Vec<usize> = advice.map(|a| a.resident.iter().map(|t| t.0 as usize).collect()).unwrap_or_default();
+        let mut pinned: Vec<usize> = advice.map(|a| a.resident.iter().map(|t| t.0 as usize).collect()).unwrap_or_default();
+        // A task whose disk transfer is under way is locked in memory (V7 physio's SLOCK).
+        pinned.extend(self.io_locked());
         let Some(sw) = &mut self.swap else { return };
-        match sw.run(now, order.as_deref(), &pinned) {
+        let step = sw.run(now, order.as_deref(), &pinned);
+        // The run's CPU: its fixed part, the entries its decisions searched, and what the
+        // DMA of a transfer it started steals.
+        let cost = sw.cfg.swap_cpu.saturating_add(sw.cfg.scan_entry.saturating_mul(sw.scanned)).saturating_add(sw.take_stolen());
+        self.swap_charge(cost);
+        match step {
             Step::In { until, .. } => self.swap_wake_at(until),
             Step::Out { tasks, until } => {
                 for t in tasks {
@@ -140,6 +163,16 @@ impl Sim {
             // V7: `runin` is woken by the clock once a second (and by `mfree`).
             Step::Sleep(Activity::Runin) => self.swap_wake_at((now / SEC + 1) * SEC),
             Step::Sleep(_) => self.drv.cancel_timer(Timer::Swap),
+        }
+    }
+
+    /// The swap scheduler's CPU time, charged to CPU 0 as overhead; when it sleeps
+    /// again, the CPU scheduler decides anew.
+    fn swap_charge(&mut self, cost: Ns) {
+        self.kernel.swap_cpu_ns = self.kernel.swap_cpu_ns.saturating_add(cost);
+        if let Some(cpu) = self.cpus.first_mut() {
+            cpu.busy_until = cpu.busy_until.max(self.now).saturating_add(cost);
+            self.drv.request(CpuId(0), Preempt::Resched);
         }
     }
 
@@ -194,6 +227,19 @@ impl Sim {
             swap_outs: self.swap.as_ref().map_or(0, |s| s.swap_outs),
             swapper_runs: self.kernel.swapper_runs,
             swap_idle_ns: self.kernel.swap_idle_ns,
+            swap_cpu_ns: self.kernel.swap_cpu_ns,
+            disks: {
+                let mut named: Vec<(&String, &usize)> = self.disk_index.iter().collect();
+                named.sort_by_key(|(_, &k)| k);
+                named
+                    .into_iter()
+                    .map(|(n, &k)| crate::report::DiskReport {
+                        name: n.clone(),
+                        served: self.disks[k].served,
+                        busy_ns: self.disks[k].busy_ns,
+                    })
+                    .collect()
+            },
             user_ns,
             last_exit_ns,
             user_util: if window > 0 { user_ns as f64 / window as f64 / self.cpus.len() as f64 } else { 0.0 },

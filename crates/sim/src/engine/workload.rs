@@ -18,7 +18,7 @@ use vassal_core::{Block, CpuId, Job, Ns, Preempt, Reply, Request, Sender, TaskId
 use super::queue::{Ev, Timer};
 use super::{MarkKind, Sim, FOREVER};
 use crate::behave::Next;
-use crate::model::{Behaviour, Dist, Phase, SyncOp};
+use crate::model::{Behaviour, ClockMode, Dist, Phase, SyncOp};
 
 /// What the current burst of work is for, to record its response when it completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +52,8 @@ pub(super) enum Wait {
     Interrupt,
     /// A mutex, condition variable or barrier (engine/sync.rs).
     Sync,
+    /// A disk transfer, queued or under way ([`crate::disk`]).
+    Io,
     Exited,
 }
 
@@ -75,6 +77,8 @@ pub(super) struct SimTask {
     pub(super) run_until: Option<Ns>,
     /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
     pub(super) rt_timers: Vec<Option<Ns>>,
+    /// A disk transfer the task asked for as it blocked, not yet queued: (drive, time).
+    pub(super) io: Option<(usize, Ns)>,
 }
 
 /// What a task does next, decided by its behaviour.
@@ -200,14 +204,25 @@ impl Sim {
                     Step::Block { voluntary: true, wake_at: None, hand_off: None }
                 }
             }
-            Behaviour::Player { period, offset, exec, .. } => {
+            Behaviour::Player { period, offset, exec, read, .. } => {
                 // phase 2: the decoded frame waits for its display time (the next ideal
-                // time minus one period); otherwise decode the next frame.
+                // time minus one period); phase 3: the next frame's data has been read;
+                // otherwise read it (if the player reads from a drive), then decode it.
                 if t.phase == 2 {
                     t.phase = 1;
                     let show = t.timer_target.map_or(now, |next| next - period);
                     return Step::Block { voluntary: true, wake_at: Some(show), hand_off: None };
                 }
+                if let Some((disk, d)) = read {
+                    if t.phase != 3 {
+                        t.phase = 3;
+                        let service = sample(d, &mut t.rng);
+                        let k = self.disk_index.get(disk).copied().unwrap_or(0);
+                        self.tasks[i].io = Some((k, service));
+                        return Step::Block { voluntary: true, wake_at: None, hand_off: None };
+                    }
+                }
+                let t = &mut self.tasks[i];
                 t.phase = 1;
                 let ideal = *t.timer_target.get_or_insert(now.saturating_add(*offset).saturating_add(*period));
                 t.remaining = sample(exec, &mut t.rng);
@@ -225,7 +240,20 @@ impl Sim {
                     Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None }
                 }
             }
-            Behaviour::Io { run, sleep, voluntary } => {
+            Behaviour::Io { run, sleep, voluntary, disk: Some(disk) } => {
+                t.phase ^= 1;
+                if t.phase == 1 {
+                    t.remaining = sample(run, &mut t.rng);
+                    t.work = Work::Plain;
+                    Step::Run
+                } else {
+                    let service = sample(sleep, &mut t.rng);
+                    let k = self.disk_index.get(disk).copied().unwrap_or(0);
+                    self.tasks[i].io = Some((k, service));
+                    Step::Block { voluntary: *voluntary, wake_at: None, hand_off: None }
+                }
+            }
+            Behaviour::Io { run, sleep, voluntary, disk: None } => {
                 t.phase ^= 1;
                 if t.phase == 1 {
                     t.remaining = sample(run, &mut t.rng);
@@ -278,6 +306,13 @@ impl Sim {
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
                     return Step::Block { voluntary: true, wake_at: Some(wake_at), hand_off: None };
                 }
+                Phase::Io { disk, time } => {
+                    let service = sample(time, &mut t.rng);
+                    // Drives are indexed when the simulation is built: every name is there.
+                    let d = self.disk_index.get(disk).copied().unwrap_or(0);
+                    self.tasks[i].io = Some((d, service));
+                    return Step::Block { voluntary: true, wake_at: None, hand_off: None };
+                }
                 Phase::Terminal(d) => {
                     t.waiting = true;
                     let wake_at = now.saturating_add(sample(d, &mut t.rng));
@@ -300,15 +335,26 @@ impl Sim {
                     return Step::Block { voluntary: false, wake_at: Some(wake_at), hand_off: None };
                 }
                 &Phase::Timer(period) => {
+                    // A periodic timer is a signalled object (an NT periodic timer, paper
+                    // 000 §6; Linux's timerfd): each expiry signals it, and a wait on a
+                    // signalled timer completes at once. Expiries that passed while the
+                    // task was busy leave one signal, not a count: the wait completes at
+                    // once and the next is for the first expiry after now. Under the tick
+                    // clock an expiry signals at the tick that services it.
                     self.metrics.iteration(i, false, now);
+                    let period = period.max(1);
+                    let serviced = match self.sc.machine.clock {
+                        ClockMode::OneShot => now,
+                        ClockMode::Tick => now - now % self.tick.max(1),
+                    };
                     let t = &mut self.tasks[i];
-                    let mut target = t.timer_target.map_or(now, |p| p).saturating_add(period);
-                    if target < now {
-                        // missed expiries are skipped: the next one after now
-                        target = target.saturating_add((now - target).div_ceil(period.max(1)).saturating_mul(period));
+                    let target = t.timer_target.map_or(now, |p| p).saturating_add(period);
+                    if target > serviced {
+                        t.timer_target = Some(target);
+                        return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
                     }
-                    t.timer_target = Some(target);
-                    return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
+                    // Signalled already: consume it (and every expiry serviced up to now).
+                    t.timer_target = Some(target.saturating_add((serviced - target) / period * period));
                 }
                 Phase::Yield => {
                     t.remaining = 0;
@@ -473,7 +519,8 @@ impl Sim {
             }
             Step::Block { voluntary, wake_at, .. } => {
                 self.swap_blocked(i);
-                self.arm_wait(i, voluntary, wake_at)
+                self.arm_wait(i, voluntary, wake_at);
+                self.start_io(i);
             }
             Step::Exit => self.exit(i),
         }
@@ -510,6 +557,7 @@ impl Sim {
                 if wake_at.is_some() {
                     self.arm_wait(i, voluntary, wake_at);
                 }
+                self.start_io(i);
                 let handed = hand_off.and_then(|h| self.drv.disp.hand_off(self.now, CpuId(c as u16), self.tasks[h].id).ok());
                 match handed {
                     Some(d) => {
@@ -525,6 +573,10 @@ impl Sim {
     }
 
     pub(super) fn exit(&mut self, i: usize) {
+        self.tasks[i].io = None;
+        for d in &mut self.disks {
+            d.forget(i);
+        }
         self.swap_exit(i);
         self.mark(i, MarkKind::Exit);
         let t = &mut self.tasks[i];
@@ -704,6 +756,7 @@ impl Sim {
                         self.metrics.blocked(i);
                         self.mark(i, MarkKind::Block);
                         self.arm_wait(i, voluntary, wake_at);
+                        self.start_io(i);
                     }
                     Step::Exit => self.exit(i),
                 }

@@ -18,7 +18,7 @@ use super::{ScenarioError, Source, DEFAULT_HZ, DEFAULT_POLICY, DEFAULT_SCHEDULER
 use crate::memory::Placement;
 use crate::model::{
     Behaviour, ClockMode, Dist, InterruptSpec, Machine, Memory, OtherKind, OtherParam, Phase, PolicySpec, Scenario, SchedulerSpec,
-    SendSpec, TaskSpec, Unscheduled,
+    SendSpec, TaskSpec, Unscheduled, UnscheduledSource,
 };
 use crate::swap::{MemoryConfig, SwapIn, SwapOut};
 
@@ -306,6 +306,30 @@ impl Builder<'_> {
             if choice(&mr.swap_in, "swap_in", &["standard", "priority"])? == "priority" { SwapIn::Priority } else { SwapIn::Standard };
         let swap_out =
             if choice(&mr.swap_out, "swap_out", &["standard", "mouse"])? == "mouse" { SwapOut::Mouse } else { SwapOut::Standard };
+        let nproc = match &mr.nproc {
+            None => tasks.len() as u64,
+            Some(n) if *n.get_ref() >= tasks.len() as i64 && *n.get_ref() <= 100_000 => *n.get_ref() as u64,
+            Some(n) => {
+                return Err(self.err(
+                    n.span(),
+                    format!(
+                        "nproc (the process table's size) must be from the number of tasks ({}) to 100000, found {}",
+                        tasks.len(),
+                        n.get_ref()
+                    ),
+                ))
+            }
+        };
+        let dma_steal_ppm = match &mr.dma_steal {
+            None => 0,
+            Some(f) if (0.0..=1.0).contains(&f.get_ref().0) => (f.get_ref().0 * 1e6).round() as u64,
+            Some(f) => return Err(self.err(f.span(), format!("dma_steal is a fraction of the CPU from 0 to 1, found {}", f.get_ref().0))),
+        };
+        let u_area_kb = match &mr.u_area_kb {
+            None => 0,
+            Some(u) if (0..=size_kb as i64).contains(u.get_ref()) => *u.get_ref() as u64,
+            Some(u) => return Err(self.err(u.span(), format!("u_area_kb must be from 0 to the memory size, found {}", u.get_ref()))),
+        };
         let config = MemoryConfig {
             size_kb,
             placement,
@@ -315,6 +339,11 @@ impl Builder<'_> {
             min_resident: mr.min_resident.map_or(2 * vassal_core::SEC, |d| d.0),
             swap_in,
             swap_out,
+            scan_entry: mr.scan_entry.map_or(0, |d| d.0),
+            nproc,
+            dma_steal_ppm,
+            min_swapped_out: mr.min_swapped_out.map_or(0, |d| d.0),
+            wake_on_ready: mr.wake_on_ready.unwrap_or(false),
         };
         // Sizes, task by task in file order (a count group's copies are consecutive).
         let mut sizes = Vec::with_capacity(tasks.len());
@@ -330,12 +359,15 @@ impl Builder<'_> {
             if list.is_empty() {
                 return Err(self.err(sv.span(), "size_kb list is empty; expected one or more sizes in KB"));
             }
-            if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 > size_kb) {
+            if let Some(bad) = list.iter().find(|&&k| k < 1 || k as u64 + u_area_kb > size_kb) {
+                let less = if u_area_kb > 0 { format!(" less the u-area ({u_area_kb} KB)") } else { String::new() };
                 return Err(
-                    self.err(sv.span(), format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB)"))
+                    self.err(sv.span(), format!("image size {bad} KB is out of range; expected 1 to the memory size ({size_kb} KB){less}"))
                 );
             }
-            sizes.extend((0..copies).map(|k| list[k % list.len()] as u64));
+            // Every image carries its u-area (V7: the per-process `user` structure and
+            // kernel stack, swapped with the data segment).
+            sizes.extend((0..copies).map(|k| list[k % list.len()] as u64 + u_area_kb));
         }
         debug_assert_eq!(sizes.len(), tasks.len());
         Ok(Some(Memory { config, sizes }))
@@ -382,7 +414,15 @@ impl Builder<'_> {
                 if !positive_mean(&interval) {
                     return Err(self.err(u.interval.span(), "unscheduled interval must have a mean greater than 0"));
                 }
-                Some(Unscheduled { interval, duration: u.duration.0.clone() })
+                let mut also = Vec::new();
+                for a in &u.also {
+                    let interval = a.interval.get_ref().0.clone();
+                    if !positive_mean(&interval) {
+                        return Err(self.err(a.interval.span(), "unscheduled interval must have a mean greater than 0"));
+                    }
+                    also.push(UnscheduledSource { interval, duration: a.duration.0.clone() });
+                }
+                Some(Unscheduled { interval, duration: u.duration.0.clone(), also })
             }
         };
         Ok(Machine {
@@ -484,7 +524,7 @@ impl Builder<'_> {
         let raw = b.get_ref();
         let Some(kind_sp) = &raw.kind else { return Err(self.err(b.span(), "missing required key `kind`")) };
         let kind = kind_sp.get_ref().as_str();
-        let present: [(&str, Option<Range<usize>>); 15] = [
+        let present: [(&str, Option<Range<usize>>); 17] = [
             ("late_after", raw.late_after.as_ref().map(Spanned::span)),
             ("work", raw.work.as_ref().map(Spanned::span)),
             ("period", raw.period.as_ref().map(Spanned::span)),
@@ -500,13 +540,15 @@ impl Builder<'_> {
             ("vector", raw.vector.as_ref().map(Spanned::span)),
             ("phases", raw.phases.as_ref().map(Spanned::span)),
             ("repeat", raw.repeat.as_ref().map(Spanned::span)),
+            ("disk", raw.disk.as_ref().map(Spanned::span)),
+            ("read", raw.read.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match kind {
             "cpu" => &["work"],
             "periodic" => &["period", "exec", "deadline", "offset", "jobs"],
-            "player" => &["period", "exec", "late_after", "offset"],
+            "player" => &["period", "exec", "late_after", "offset", "read", "disk"],
             "interactive" => &["burst", "think"],
-            "io" => &["run", "sleep", "voluntary"],
+            "io" => &["run", "sleep", "voluntary", "disk"],
             "handler" => &["vector", "work"],
             "script" => &["phases", "repeat"],
             _ => {
@@ -582,11 +624,18 @@ impl Builder<'_> {
                 if period.get_ref().0 == 0 {
                     return Err(self.err(period.span(), "period must be greater than 0"));
                 }
+                let read = match (&raw.read, &raw.disk) {
+                    (None, None) => None,
+                    (Some(r), Some(d)) => Some((d.get_ref().clone(), r.get_ref().0.clone())),
+                    (Some(r), None) => return Err(self.err(r.span(), "a player's `read` needs `disk`, the drive it reads from")),
+                    (None, Some(d)) => return Err(self.err(d.span(), "a player's `disk` needs `read`, the length of each frame's read")),
+                };
                 Behaviour::Player {
                     period: period.get_ref().0,
                     offset: raw.offset.as_ref().map_or(0, |o| o.get_ref().0),
                     exec: dist(&raw.exec, "exec")?,
                     late_after: raw.late_after.as_ref().ok_or_else(|| need("late_after"))?.get_ref().0,
+                    read,
                 }
             }
             "interactive" => Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? },
@@ -594,6 +643,7 @@ impl Builder<'_> {
                 run: dist(&raw.run, "run")?,
                 sleep: dist(&raw.sleep, "sleep")?,
                 voluntary: raw.voluntary.as_ref().map(|v| *v.get_ref()).unwrap_or(true),
+                disk: raw.disk.as_ref().map(|d| d.get_ref().clone()),
             },
             "handler" => {
                 Behaviour::Handler { vector: *raw.vector.as_ref().ok_or_else(|| need("vector"))?.get_ref(), work: dist(&raw.work, "work")? }
@@ -634,11 +684,12 @@ impl Builder<'_> {
             ("hand_off", raw.hand_off.as_ref().map(Spanned::span)),
             ("terminal", raw.terminal.as_ref().map(Spanned::span)),
             ("times", raw.times.as_ref().map(Spanned::span)),
+            ("io", raw.io.as_ref().map(Spanned::span)),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times";
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io";
         match given.as_slice() {
             [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
             [_] => {}
@@ -678,6 +729,13 @@ impl Builder<'_> {
         }
         if let Some(d) = &raw.terminal {
             return Ok(Phase::Terminal(d.get_ref().0.clone()));
+        }
+        if let Some(io) = &raw.io {
+            let io = io.get_ref();
+            if io.disk.get_ref().is_empty() {
+                return Err(self.err(io.disk.span(), "io needs a disk name, e.g. disk = \"rl1\""));
+            }
+            return Ok(Phase::Io { disk: io.disk.get_ref().clone(), time: io.time.0.clone() });
         }
         if let Some(n) = &raw.times {
             let k = *n.get_ref();
@@ -800,7 +858,9 @@ impl Builder<'_> {
 
 pub(crate) fn phase_takes_time(p: &Phase) -> bool {
     match p {
-        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) => positive_mean(d),
+        Phase::Run(d) | Phase::Sleep(d) | Phase::Fault(d) | Phase::Terminal(d) | Phase::RunWall(d) | Phase::Io { time: d, .. } => {
+            positive_mean(d)
+        }
         Phase::Times(_) => false,
         Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),

@@ -41,6 +41,9 @@ pub(super) struct RawScenario {
     pub(super) _plot: Option<toml::Value>,
     #[serde(default, rename = "seeds")]
     pub(super) _seeds: Option<toml::Value>,
+    /// An experiment's control run (docs/repro.md); read by `repro`.
+    #[serde(default, rename = "control")]
+    pub(super) _control: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -67,11 +70,26 @@ pub(super) struct RawMemory {
     pub(super) min_resident: Option<Dur>,
     pub(super) swap_in: Option<Spanned<String>>,
     pub(super) swap_out: Option<Spanned<String>>,
+    pub(super) scan_entry: Option<Dur>,
+    pub(super) nproc: Option<Spanned<i64>>,
+    pub(super) dma_steal: Option<Spanned<Finite>>,
+    pub(super) min_swapped_out: Option<Dur>,
+    pub(super) wake_on_ready: Option<bool>,
+    pub(super) u_area_kb: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUnscheduled {
+    pub(super) interval: Spanned<DistV>,
+    pub(super) duration: DistV,
+    #[serde(default)]
+    pub(super) also: Vec<RawUnscheduledSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUnscheduledSource {
     pub(super) interval: Spanned<DistV>,
     pub(super) duration: DistV,
 }
@@ -142,6 +160,8 @@ pub(super) struct RawBehaviour {
     pub(super) vector: Option<Spanned<u32>>,
     pub(super) phases: Option<Spanned<Vec<Spanned<RawPhase>>>>,
     pub(super) repeat: Option<Spanned<bool>>,
+    pub(super) disk: Option<Spanned<String>>,
+    pub(super) read: Option<Spanned<DistV>>,
     pub(super) other: Vec<(String, Spanned<toml::Value>)>,
 }
 
@@ -174,6 +194,8 @@ impl<'de> Deserialize<'de> for RawBehaviour {
                         "vector" => b.vector = Some(m.next_value()?),
                         "phases" => b.phases = Some(m.next_value()?),
                         "repeat" => b.repeat = Some(m.next_value()?),
+                        "disk" => b.disk = Some(m.next_value()?),
+                        "read" => b.read = Some(m.next_value()?),
                         _ => b.other.push((key, m.next_value()?)),
                     }
                 }
@@ -202,6 +224,15 @@ pub(super) struct RawPhase {
     pub(super) hand_off: Option<Spanned<RawHandOff>>,
     pub(super) terminal: Option<Spanned<DistV>>,
     pub(super) times: Option<Spanned<i64>>,
+    pub(super) io: Option<Spanned<RawIo>>,
+}
+
+/// `{ io = { disk = "rl1", time = ... } }`: a transfer on a drive.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIo {
+    pub(super) disk: Spanned<String>,
+    pub(super) time: DistV,
 }
 
 #[derive(Deserialize)]
