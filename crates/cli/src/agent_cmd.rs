@@ -185,7 +185,8 @@ enum CtlCmd {
     Register {
         name: String,
         kind: String,
-        /// reserved:CPUS (e.g. reserved:0.5) or hard:UTIL@CPU,CPU (e.g. hard:0.2@0,1).
+        /// reserved:CPUS (e.g. reserved:0.5), hard:UTIL@CPU,CPU (e.g. hard:0.2@0,1) or
+        /// best-effort (no guarantee: its tasks never run real-time).
         #[arg(long)]
         usage: String,
         #[arg(long = "param", value_name = "NAME=VALUE")]
@@ -276,6 +277,9 @@ fn parse_reserve(s: &str) -> Result<(f64, u64)> {
 }
 
 fn parse_usage(s: &str) -> Result<UsageSpec> {
+    if s == "best-effort" || s == "best_effort" {
+        return Ok(UsageSpec::BestEffort);
+    }
     if let Some(c) = s.strip_prefix("reserved:") {
         return Ok(UsageSpec::Reserved { cpus: c.parse().with_context(|| format!("--usage {s}"))? });
     }
@@ -285,7 +289,7 @@ fn parse_usage(s: &str) -> Result<UsageSpec> {
             cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
         return Ok(UsageSpec::HardTime { util: u.parse().with_context(|| format!("--usage {s}"))?, cpus });
     }
-    bail!("--usage {s}: expected reserved:CPUS or hard:UTIL@CPU,CPU")
+    bail!("--usage {s}: expected reserved:CPUS, hard:UTIL@CPU,CPU or best-effort")
 }
 
 fn connect(sock: &str) -> Result<Client> {

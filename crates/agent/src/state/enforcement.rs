@@ -119,6 +119,10 @@ impl Agent {
         };
         if let RtBy::Sched(s) = by {
             let rate = self.drv.disp.usage(s).map_or(0, |u| u.demand_ppm());
+            if rate == 0 {
+                // A best-effort scheduler: never real-time (issue 17), nothing to refill.
+                return (None, 0);
+            }
             take(self.sched_budgets.entry(s.0).or_insert_with(|| Bucket::new(rate, window, now)));
         }
         if uid != 0 {
@@ -175,8 +179,21 @@ impl Agent {
     /// Applies the dispatcher's decisions as kernel state (see the module documentation)
     /// to the tasks whose state may have changed: those marked since the last call, those
     /// whose state depends on time (`Agent::watch`) and those not applied yet — or all of
-    /// them after a change of the hierarchy.
+    /// them after a change of the hierarchy. Then the declared shares (`enforce_shares`):
+    /// if that takes tasks off the CPUs or gives them back, the driver decides again and
+    /// the new decisions are applied too.
     pub(super) fn enforce(&mut self, now: Ns) {
+        for _ in 0..3 {
+            self.enforce_tasks(now);
+            if !self.enforce_shares(now) {
+                break;
+            }
+            vassal_core::driver::settle(self, now);
+            self.take_notes();
+        }
+    }
+
+    fn enforce_tasks(&mut self, now: Ns) {
         let mut ids: Vec<u32> = if std::mem::take(&mut self.all_dirty) {
             self.tasks.keys().copied().collect()
         } else {
@@ -203,9 +220,92 @@ impl Agent {
         self.quiet = !selected && !armed && self.unsettled.is_empty();
     }
 
-    /// How a best-effort selection of `id` runs: SCHED_OTHER at its own nice.
+    /// **Shares** (issue 17): a hard-time or reserved scheduler's tasks together get at
+    /// most the share it declared (paper 000 §8), measured, not only checked when it was
+    /// registered. Its budget (crate::budget) is charged with what its tasks used while
+    /// real-time; once it is spent every task the scheduler owns is taken off every CPU
+    /// (`Dispatcher::set_loaded(false)`: the scheduler's picks of them are refused, and
+    /// the CPU goes to the schedulers below — nobody runs them, not even the default as
+    /// guests), and given back when the budget holds a tenth of its window again (below).
+    /// Returns whether any
+    /// task was taken off or given back.
+    fn enforce_shares(&mut self, now: Ns) -> bool {
+        // Given back once the budget holds a tenth of its window (20 ms of CPU at the
+        // default `rt_window`, or all it holds if less): the tasks then run in bursts of
+        // that much rather than of one tick, which would cost a hold and a continue per
+        // tick (three passes and two signals each).
+        let tick = self.cfg.tick.max(self.cfg.rt_window / 10);
+        let default = self.drv.disp.default_sched();
+        let mut changed = false;
+        // Given back: the budget refilled, or the task no longer has a budgeted owner.
+        let back: Vec<u32> = self
+            .unloaded
+            .iter()
+            .filter(|&(&id, &until)| {
+                let owner = self.drv.disp.owner(TaskId(id));
+                let budgeted = owner.filter(|&o| o != default).and_then(|o| self.drv.disp.usage(o)).is_some_and(|u| u.demand_ppm() > 0);
+                until <= now || !budgeted
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in back {
+            let owner = self.drv.disp.owner(TaskId(id)).filter(|&o| o != default);
+            if let Some(until) =
+                owner.and_then(|o| self.sched_budgets.get_mut(&o.0)).and_then(|b| b.ready_at(now, tick)).filter(|&t| t > now)
+            {
+                // Not yet: the budget was charged again meanwhile.
+                self.unloaded.insert(id, until);
+                continue;
+            }
+            self.unloaded.remove(&id);
+            self.drv.disp.set_loaded(now, TaskId(id), true);
+            self.touch(id);
+            changed = true;
+        }
+        // Taken off: the tasks of each scheduler whose budget is spent.
+        let spent: Vec<(u32, Ns)> = self
+            .sched_budgets
+            .iter_mut()
+            .filter_map(|(&s, b)| (b.left(now) == 0).then(|| (s, b.ready_at(now, tick).unwrap_or(Ns::MAX))))
+            .collect();
+        for (s, until) in spent {
+            let owned: Vec<u32> = self
+                .watch
+                .iter()
+                .copied()
+                .filter(|&id| self.drv.disp.owner(TaskId(id)).is_some_and(|o| o.0 == s) && !self.unloaded.contains_key(&id))
+                .collect();
+            for id in owned {
+                self.drv.disp.set_loaded(now, TaskId(id), false);
+                self.unloaded.insert(id, until);
+                self.touch(id);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// How a best-effort selection of `id` runs: SCHED_OTHER at its own nice; selected
+    /// by a loaded best-effort scheduler, a root-owned task at `loaded_best_effort_nice`
+    /// (so the scheduler's choice holds against unmanaged time-sharing work; another
+    /// user's task keeps its own nice: a stronger one would be a privilege).
     fn best_effort_nice(&self, id: u32) -> i8 {
-        self.tasks.get(&id).map_or(0, |m| m.nice0)
+        let Some(m) = self.tasks.get(&id) else {
+            return 0;
+        };
+        let root = self.groups.get(&m.pid).is_some_and(|g| g.uid == 0);
+        if root && self.decided_by_best_effort(TaskId(id)) {
+            self.cfg.loaded_best_effort_nice as i8
+        } else {
+            m.nice0
+        }
+    }
+
+    /// Whether `task` runs by the decision of a loaded best-effort scheduler.
+    fn decided_by_best_effort(&self, task: TaskId) -> bool {
+        let default = self.drv.disp.default_sched();
+        matches!(self.drv.disp.state(task), TaskState::Running(_))
+            && self.drv.disp.ran_by(task).is_some_and(|s| s != default && self.drv.disp.usage(s) == Some(vassal_core::Usage::BestEffort))
     }
 
     /// One task's kernel state: what it should be, applied to its thread. Returns its
@@ -227,12 +327,17 @@ impl Agent {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let capped = self.hard_capped(task);
+        // Held, not parked, when it must not run at all: exclusive to a loaded scheduler,
+        // or taken off the CPUs because its scheduler's share is spent (SCHED_IDLE alone
+        // would give it up to a kernel tick per parking).
+        let capped = self.hard_capped(task) || self.unloaded.contains_key(&id);
         let nice = self.best_effort_nice(id);
+        // A best-effort scheduler's selection is never held: it has no share to spend.
+        let be = self.decided_by_best_effort(task);
         let owned = self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched());
         let m = self.tasks.get_mut(&id).expect("checked");
         let want = match self.drv.disp.state(task) {
-            TaskState::Running(_) if rt.is_none() && capped => KState::Held,
+            TaskState::Running(_) if rt.is_none() && capped && !be => KState::Held,
             TaskState::Running(c) => KState::Run { cpu: c.0, class: if rt.is_some() { RunClass::Fifo } else { RunClass::Other(nice) } },
             TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
             TaskState::Runnable if capped => KState::Held,

@@ -197,17 +197,20 @@ impl Agent {
     /// leaves it with the default, noted). Returns its task id.
     fn add_task(&mut self, now: Ns, m: Managed) -> Result<u32, String> {
         let g = self.groups.get(&m.pid).ok_or("its process is not managed")?;
-        let mut params = g.params.clone();
-        params.remove("weight");
+        // Its process's parameters, the weight whole (`rebalance` divides it next).
+        let params = g.params.clone();
         let (sched, uid, pid) = (g.sched, g.uid, g.pid);
         // The process's own affinity, as the ledger saved it.
         let affinity = CpuSet(self.ledger.saved(m.slot).2.affinity[0]);
+        let weight = params.get("weight").copied().unwrap_or(1);
         let task = self.drv.disp.try_add_task(now, params, affinity, None, m.run).map_err(|(_, why)| why)?;
         if !m.watched {
             self.unwatched.insert(task.0);
         }
         let (tid, id) = (m.tid, task.0);
         self.by_tid.insert(tid, task);
+        let mut m = m;
+        m.weight = weight;
         self.tasks.insert(id, m);
         self.groups.get_mut(&pid).expect("checked").threads.insert(tid, id);
         self.touch(id);
@@ -219,6 +222,31 @@ impl Agent {
             }
         }
         Ok(id)
+    }
+
+    /// After task `id` moved to another scheduler: the new owner got the parameters the
+    /// task was created with (`on_attach`), so every parameter given since — its
+    /// process's and its own — is told again (refusals ignored: a scheduler may not know
+    /// a parameter), and its weight at the next `rebalance`.
+    fn resend_params(&mut self, now: Ns, id: u32) {
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        let Some(g) = self.groups.get(&m.pid) else {
+            return;
+        };
+        if m.own.contains_key("weight") || g.params.contains_key("weight") {
+            m.weight = 0;
+        }
+        let mut params = g.params.clone();
+        params.extend(m.own.iter().map(|(k, v)| (k.clone(), *v)));
+        params.remove("weight");
+        let uid = g.uid;
+        let task = TaskId(id);
+        let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
+        for (name, value) in params {
+            let _ = self.drv.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name, value });
+        }
     }
 
     /// Adopts a thread of a managed process found after its join (a BPF new-thread event
@@ -383,6 +411,12 @@ impl Agent {
             }
             moved.push((id, before));
         }
+        for &(id, was) in &moved {
+            if self.drv.disp.owner(TaskId(id)) != Some(was) {
+                self.resend_params(now, id);
+            }
+        }
+        self.rebalance(now, pid);
         if tid.is_none() {
             if let Some(g) = self.groups.get_mut(&pid) {
                 g.sched = target;
@@ -408,6 +442,9 @@ impl Agent {
             let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
             let r = self.drv.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Leave);
             self.touch(id);
+            if self.drv.disp.owner(task) != Some(owner) {
+                self.resend_params(now, id);
+            }
             if let Some(m) = self.tasks.get_mut(&id) {
                 m.reserved_ppm = 0;
             }
@@ -421,6 +458,7 @@ impl Agent {
                 g.sched = default;
             }
         }
+        self.rebalance(now, pid);
         self.settle(now);
         answer
     }
