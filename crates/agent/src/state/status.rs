@@ -62,8 +62,9 @@ impl Agent {
     }
 
     pub fn hierarchy(&mut self) -> Answer {
-        let now = kernel::now_ns();
+        // The clock after the CPU times: a share's time never ends before its CPU time.
         let fresh = self.fresh_cpu();
+        let now = kernel::now_ns();
         let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
         // CPU used since each thread's last read, by the scheduler it ran under.
         let mut pending: BTreeMap<u32, u64> = BTreeMap::new();
@@ -116,8 +117,11 @@ impl Agent {
     }
 
     pub fn task_rows(&mut self) -> Vec<TaskRow> {
-        let now = kernel::now_ns();
+        // The clock after the CPU times, and each sample's CPU time read after its clock
+        // (pass.rs): a thread's CPU time can then never grow faster than the time the
+        // share divides it by — a busy loop shows at most 100%, exactly.
         let fresh = self.fresh_cpu();
+        let now = kernel::now_ns();
         let pct = |lat: &mut Vec<u32>, p: f64| {
             if lat.is_empty() {
                 0.0
