@@ -75,7 +75,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         EventsMode::Bpf | EventsMode::Auto => match crate::bpf::EventSource::load() {
             Ok(src) => {
                 agent.set_source(Source::Bpf(Box::new(src)));
-                "BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer)".to_string()
+                format!("BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer; object: {})", crate::bpf::ORIGIN)
             }
             Err(e) if cfg.events == EventsMode::Bpf => return Err(format!("events = \"bpf\": {e}")),
             Err(e) => format!("{polling} (BPF did not load: {e})"),
