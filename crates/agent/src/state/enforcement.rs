@@ -289,16 +289,10 @@ impl Agent {
     /// by a loaded best-effort scheduler, a root-owned task at `loaded_best_effort_nice`
     /// (so the scheduler's choice holds against unmanaged time-sharing work; another
     /// user's task keeps its own nice: a stronger one would be a privilege).
-    fn best_effort_nice(&self, id: u32) -> i8 {
-        let Some(m) = self.tasks.get(&id) else {
-            return 0;
-        };
+    fn best_effort_nice(&self, id: u32) -> Option<i8> {
+        let m = self.tasks.get(&id)?;
         let root = self.groups.get(&m.pid).is_some_and(|g| g.uid == 0);
-        if root && self.decided_by_best_effort(TaskId(id)) {
-            self.cfg.loaded_best_effort_nice as i8
-        } else {
-            m.nice0
-        }
+        (root && self.decided_by_best_effort(TaskId(id))).then_some(self.cfg.loaded_best_effort_nice as i8)
     }
 
     /// Whether `task` runs by the decision of a loaded best-effort scheduler.
@@ -370,10 +364,22 @@ impl Agent {
                 }
             }
             let tid = m.tid;
+            // Its own nice, unless the agent set another (`niced`); a stronger one only
+            // while a loaded best-effort scheduler selects it.
+            let own_nice = |m: &mut Managed| -> std::io::Result<()> {
+                if m.niced {
+                    kernel::set_nice(m.tid, m.nice0 as i32)?;
+                    m.niced = false;
+                }
+                Ok(())
+            };
             let r = r.and_then(|_| match goal {
                 KState::Run { class: RunClass::Fifo, .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio),
-                KState::Run { class: RunClass::Other(n), .. } => {
-                    kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| kernel::set_nice(tid, n as i32))
+                KState::Run { class: RunClass::Other(Some(n)), .. } => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
+                    .and_then(|_| kernel::set_nice(tid, n as i32))
+                    .map(|_| m.niced = true),
+                KState::Run { class: RunClass::Other(None), .. } => {
+                    kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m))
                 }
                 KState::Armed { .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
                 KState::Parked => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),

@@ -165,6 +165,7 @@ impl Agent {
             stat,
             runtime,
             nice0: saved.nice.clamp(-20, 19) as i8,
+            niced: false,
             applied: KState::Untouched,
             want: KState::Untouched,
             watched,
@@ -182,6 +183,7 @@ impl Agent {
             lat: Default::default(),
             samples: [(now, cpu_ns)].into(),
             woke_at: None,
+            woke_on: None,
             rt: None,
             rt_left: Ns::MAX,
             rt_since_read: None,
@@ -577,6 +579,10 @@ impl Agent {
         self.ledger.restore_all();
         if let Some(t) = self.chrome.as_mut() {
             t.finish(now);
+        }
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            let _ = tr.flush();
         }
     }
 

@@ -64,9 +64,10 @@ const SAMPLE_EVERY: Ns = 100 * MS;
 pub enum RunClass {
     /// SCHED_FIFO `run_priority`: under a real-time grant.
     Fifo,
-    /// SCHED_OTHER at this nice: best effort (its own nice, or a loaded best-effort
-    /// scheduler's `loaded_best_effort_nice`).
-    Other(i8),
+    /// SCHED_OTHER: best effort, at its own nice (None: the agent leaves the nice as the
+    /// thread has it), or at this one (a loaded best-effort scheduler's
+    /// `loaded_best_effort_nice`).
+    Other(Option<i8>),
 }
 
 /// What the agent made of a thread in the kernel.
@@ -94,9 +95,11 @@ struct Managed {
     slot: Slot,
     stat: StatFile,
     runtime: RunTime,
-    /// Its original nice (from the ledger): a best-effort selection of the default
-    /// scheduler runs at it.
+    /// Its original nice (from the ledger): what a best-effort selection gets back after
+    /// the agent set another (`niced`).
     nice0: i8,
+    /// The agent set its nice (a loaded best-effort scheduler's selection).
+    niced: bool,
     applied: KState,
     want: KState,
     /// Its tid is in the BPF map: its blocks and wakes come as events (else it is polled).
@@ -125,9 +128,10 @@ struct Managed {
     /// (time, CPU time) samples, at most one per `SAMPLE_EVERY`, over the last
     /// `SHARE_WINDOW` and one more, for the share figure.
     samples: VecDeque<(Ns, u64)>,
-    /// BPF events about it arrived since the last pass (it is in `Agent::evented`).
-    /// The earliest wake among them (its BPF time), for the wake-to-run latency.
+    /// The earliest wake among the BPF events about it since the last pass (its BPF
+    /// time), for the wake-to-run latency, and the CPU the kernel woke it on.
     woke_at: Option<Ns>,
+    woke_on: Option<u16>,
     /// The grant its real-time kernel state draws on now (None: not real-time).
     rt: Option<RtBy>,
     /// What is left of that grant's budget for it, ns (`Ns::MAX`: no budget applies).

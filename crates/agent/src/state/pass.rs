@@ -24,11 +24,11 @@
 //! wake-up after it happens; polling, up to one tick late while things change, up to
 //! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
 //!
-//! **Quiet wakes** (BPF source). The kernel runs an armed task the instant it wakes, so
-//! waking the dispatcher for that wake buys nothing when the policy will pick it anyway,
-//! and a 60 fps task's wakes were a third of all passes. An armed process of the default
-//! scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose wake
-//! outside its slots must be held at once) therefore has its threads marked in the BPF map
+//! **Quiet wakes** (BPF source). The kernel runs an armed thread the instant it wakes,
+//! so waking the dispatcher for that wake buys nothing when the policy will pick it
+//! anyway, and a 60 fps task's wakes were a third of all passes. An armed thread of the
+//! default scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose
+//! wake outside its slots must be held at once) therefore is marked in the BPF map
 //! (`bpf::QUIET_WAKE`): their wakes wait in the ring buffer for the next pass, while
 //! blocks still wake the dispatcher. A pass that finds such a process woken and blocked
 //! again replays its run to the policy in order (`replay_run`): wake, the decisions that
@@ -270,6 +270,9 @@ impl Agent {
             if woke && m.woke_at.is_none() {
                 m.woke_at = Some(e.time);
             }
+            if woke {
+                m.woke_on = e.cpu;
+            }
             self.evented.insert(task.0);
         }
         self.ev_buf = evs;
@@ -403,16 +406,22 @@ impl Agent {
             }
         }
         // An armed task is already running where it was armed (the kernel ran it the
-        // instant it woke): policies may prefer that CPU (`Wake::cpu`).
-        let m = &self.tasks[&id];
+        // instant it woke); a parked one was woken on the CPU the BPF event names, where
+        // it runs if that CPU has nothing else: policies may prefer that CPU (`Wake::cpu`).
+        let m = self.tasks.get_mut(&id).expect("read");
+        let woke_on = m.woke_on.take();
         let armed = match m.want {
             KState::Armed { cpu } => Some(CpuId(cpu)),
             _ => None,
         };
+        let ran_on = armed.or(woke_on.filter(|&c| c < self.ncpus).map(CpuId));
+        // Woken and blocked again before this pass: the kernel ran it (armed), and its run
+        // is replayed (a quiet wake, or a run shorter than the dispatcher's wake-up).
+        let quiet = armed.is_some();
         let pid = m.pid;
         if runnable && st == TaskState::Blocked {
             self.weight_at_wake(now, id);
-            self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
+            self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: ran_on, ..Wake::default() });
             if let Some(m) = self.tasks.get_mut(&id) {
                 m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
             }
@@ -427,7 +436,7 @@ impl Agent {
                 m.episode_rt = 0;
             }
             self.rebalance(now, pid);
-        } else if let (Some(cpu), Some(_), false) = (armed, woke_at, runnable) {
+        } else if let (Some(cpu), Some(_), false) = (ran_on.filter(|_| quiet), woke_at, runnable) {
             self.replay_run(now, task, cpu);
         }
         true

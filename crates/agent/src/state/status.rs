@@ -108,8 +108,8 @@ impl Agent {
         match k {
             KState::Untouched => "untouched".into(),
             KState::Run { cpu, class: RunClass::Fifo } => format!("fifo{} cpu{cpu}", self.cfg.run_priority),
-            KState::Run { cpu, class: RunClass::Other(n) } if n != 0 => format!("other nice{n} cpu{cpu}"),
-            KState::Run { cpu, class: RunClass::Other(_) } => format!("other cpu{cpu}"),
+            KState::Run { cpu, class: RunClass::Other(Some(n)) } => format!("other nice{n} cpu{cpu}"),
+            KState::Run { cpu, class: RunClass::Other(None) } => format!("other cpu{cpu}"),
             KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
             KState::Parked => "idle".into(),
             KState::Held => "idle, stopped".into(),
