@@ -497,3 +497,71 @@ fn a_busy_loops_share_is_of_one_cpu_and_never_more() {
     drop(hog);
     drop(agent);
 }
+
+/// Issue 17 item 1, with rt-app's own threads: `vassal run -- rt-app FILE` starts rt-app
+/// joined before it execs; the threads rt-app then creates (two driven by timers, two
+/// woken by them) are adopted as tasks of the agent as they start, rt-app runs its
+/// workload to the end under the agent (exit status 0, its logs written), and the agent
+/// forgets the process when it exits. Skipped without rt-app (scripts/test.sh installs
+/// it).
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn rt_apps_threads_are_tasks_of_the_agent() {
+    if !root() {
+        return;
+    }
+    if std::process::Command::new("rt-app").output().is_err() {
+        vassal_agent::skip::skip("no rt-app (apt-get install rt-app)");
+        return;
+    }
+    let _serial = serial();
+    let agent = AgentProc::start("");
+    let dir = agent.dir.join("rtapp");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Two timer-driven threads (10 ms and 20 ms) each waking a worker; 3 s; a fixed
+    // calibration, so rt-app does not spend seconds calibrating.
+    let json = r#"{
+  "tasks": {
+    "tick10": { "loop": -1, "run": 500, "resume": "work10", "timer": { "ref": "t10", "period": 10000 } },
+    "tick20": { "loop": -1, "run": 500, "resume": "work20", "timer": { "ref": "t20", "period": 20000 } },
+    "work10": { "loop": -1, "suspend": "work10", "run": 2000 },
+    "work20": { "loop": -1, "suspend": "work20", "run": 3000 }
+  },
+  "global": { "duration": 3, "calibration": 30, "default_policy": "SCHED_OTHER", "logdir": "./", "log_basename": "t", "lock_pages": false }
+}
+"#;
+    std::fs::write(dir.join("t.json"), json).unwrap();
+    let mut run = std::process::Command::new("timeout")
+        .args(["-s", "KILL", "30"])
+        .arg(env!("CARGO_BIN_EXE_vassal"))
+        .args(["run", "--socket", &agent.sock, "--", "rt-app", "t.json"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut cl = agent.client();
+    let mut most = 0;
+    let mut pid = None;
+    let t0 = now_ns();
+    while now_ns() < t0 + 2500 * MS {
+        if let Some(r) = cl.tasks().unwrap().into_iter().find(|t| t.thread_rows.len() > 1 || t.threads > 1) {
+            most = most.max(r.threads);
+            pid = Some(r.pid);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = run.wait().unwrap();
+    let logs =
+        std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "log"))).count();
+    eprintln!("rt-app under vassal run: {status}; at most {most} threads managed; {logs} logs");
+    assert_eq!(status.code(), Some(0), "rt-app under the agent");
+    assert!(most >= 5, "rt-app's main thread and its 4 threads should all be tasks: at most {most} were");
+    assert_eq!(logs, 4, "a log per rt-app thread");
+    let pid = pid.expect("rt-app was listed");
+    assert!(
+        wait_for(Duration::from_secs(3), || cl.tasks().unwrap().iter().all(|t| t.pid != pid)).is_some(),
+        "the agent still lists rt-app after it exited"
+    );
+    drop(agent);
+}

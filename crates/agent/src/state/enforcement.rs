@@ -469,15 +469,27 @@ impl Agent {
         let Some(g) = self.groups.get_mut(&pid) else {
             return;
         };
+        // Set from the process clock read now, but only when it is disarmed, when one of
+        // the process's threads has run since it was set, when it now bounds quiet wakes
+        // and did not, or when a budget is shorter than it was set for: else it stands
+        // (a clock read and a timer call saved per pass for an armed video).
         let at = if quiet_any || least_left != Ns::MAX {
-            let Ok(cpu) = g.clock.read() else {
-                return;
-            };
-            let budget = if least_left == Ns::MAX { Ns::MAX } else { cpu.saturating_add(least_left.max(1)) };
-            if quiet_any {
-                budget.min(cpu + tick)
+            let stale = g.timer_at == 0 || g.read_since_timer || quiet_any != g.timer_quiet || least_left < g.timer_left;
+            if stale {
+                let Ok(cpu) = g.clock.read() else {
+                    return;
+                };
+                g.read_since_timer = false;
+                g.timer_quiet = quiet_any;
+                g.timer_left = least_left;
+                let budget = if least_left == Ns::MAX { Ns::MAX } else { cpu.saturating_add(least_left.max(1)) };
+                if quiet_any {
+                    budget.min(cpu + tick)
+                } else {
+                    budget
+                }
             } else {
-                budget
+                g.timer_at
             }
         } else {
             0

@@ -171,6 +171,12 @@ struct Group {
     timer: Option<kernel::CpuTimer>,
     /// The CPU-clock value `timer` is set to fire at (0: disarmed).
     timer_at: u64,
+    /// A thread of it was read since the timer was last set (its CPU time moved on: the
+    /// timer is set again from the process clock at the next `enforce`).
+    read_since_timer: bool,
+    /// What the timer was last set for: quiet wakes, and the least budget then left.
+    timer_quiet: bool,
+    timer_left: Ns,
     /// The agent has stopped the process (SIGSTOP) and not yet continued it.
     stopped: bool,
     rescanned: Ns,

@@ -17,7 +17,7 @@
 //! selected and armed processes are read at every pass, parked ones at every
 //! `PARKED_EVERY`-th, and polls come every tick while passes see changes and back off to
 //! `PARKED_EVERY` ticks while they see none. Either way a change of runnability becomes
-//! `Dispatcher::wake`/`block`, and CPU used since the last pass (process CPU clock)
+//! `Dispatcher::wake`/`block`, and CPU used since the last pass (the thread's schedstat)
 //! becomes `Dispatcher::account`. Scheduler events are waited for exactly (absolute
 //! CLOCK_MONOTONIC times), slice ends to the next tick (a slice overruns by less than one
 //! tick); see `Agent::next_deadline`. With BPF a block or wake is acted on one dispatcher
@@ -342,6 +342,11 @@ impl Agent {
         };
         let woke_at = m.woke_at.take();
         let ran = cpu_now.saturating_sub(m.cpu_ns);
+        if ran > 0 {
+            if let Some(g) = self.groups.get_mut(&m.pid) {
+                g.read_since_timer = true;
+            }
+        }
         m.cpu_ns = cpu_now;
         m.read_at = now;
         m.unaccounted += ran;
