@@ -25,6 +25,12 @@
 //!   whole 4 ms tick per parking, whatever its weight (docs/agent.md, "Reservations"; the
 //!   traces in docs/measurements/agent-2026-11-22.md, run F). The guardian continues a
 //!   held process (the ledger names it);
+//! - *sleeping* (blocked, best effort: no grant, not exclusive to a loaded scheduler):
+//!   parked with its own affinity, so that when it wakes the kernel runs it at once on a
+//!   CPU that has nothing else to run (SCHED_IDLE runs only there), whichever that is,
+//!   rather than only on the CPU it was bound to; the pass its wake brings selects it
+//!   there (the BPF event names the CPU: `Wake::cpu`) or elsewhere. Issue 17: rt-app's
+//!   threads, bound where they last ran, waited for a pass whenever that CPU was busy;
 //! - *parked* (everything else): SCHED_IDLE, bound where the agent last bound it (its own
 //!   affinity if it never was) — it runs when nothing else on its CPU is eligible (see
 //!   *held*: up to one kernel tick per parking). Staying bound saves an affinity call at
@@ -334,6 +340,7 @@ impl Agent {
             TaskState::Running(_) if rt.is_none() && capped && !be => KState::Held,
             TaskState::Running(c) => KState::Run { cpu: c.0, class: if rt.is_some() { RunClass::Fifo } else { RunClass::Other(nice) } },
             TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
+            TaskState::Blocked if !capped => KState::Sleeping,
             TaskState::Runnable if capped => KState::Held,
             _ => KState::Parked,
         };
@@ -363,7 +370,17 @@ impl Agent {
                     m.bound = Some(cpu);
                 }
             }
+            // A sleeping thread waits with its own affinity (it may wake on any CPU).
+            if goal == KState::Sleeping && m.bound.is_some() {
+                r = kernel::set_affinity(m.tid, &m.affinity0);
+                if r.is_ok() {
+                    m.bound = None;
+                }
+            }
             let tid = m.tid;
+            // Already at SCHED_IDLE: parked, sleeping or held (a continued held thread is
+            // parked).
+            let idle = matches!(m.applied, KState::Parked | KState::Sleeping | KState::Held);
             // Its own nice, unless the agent set another (`niced`); a stronger one only
             // while a loaded best-effort scheduler selects it.
             let own_nice = |m: &mut Managed| -> std::io::Result<()> {
@@ -382,7 +399,8 @@ impl Agent {
                     kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m))
                 }
                 KState::Armed { .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
-                KState::Parked => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
+                KState::Parked | KState::Sleeping if idle => Ok(()),
+                KState::Parked | KState::Sleeping => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
                 KState::Untouched | KState::Held => Ok(()),
             });
             match r {

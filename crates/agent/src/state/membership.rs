@@ -168,6 +168,7 @@ impl Agent {
             stat,
             runtime,
             nice0: saved.nice.clamp(-20, 19) as i8,
+            affinity0: saved.affinity,
             niced: false,
             applied: KState::Untouched,
             want: KState::Untouched,

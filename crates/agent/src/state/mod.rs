@@ -83,6 +83,10 @@ pub enum KState {
         cpu: u16,
     },
     Parked,
+    /// Blocked, best effort: parked (SCHED_IDLE) with its own affinity, so that when it
+    /// wakes the kernel may run it on any CPU that has nothing else to run
+    /// (enforcement.rs, *sleeping*).
+    Sleeping,
     /// Parked, and its process stopped (SIGSTOP): the hard cap (enforcement.rs, *held*).
     Held,
 }
@@ -95,9 +99,11 @@ struct Managed {
     slot: Slot,
     stat: StatFile,
     runtime: RunTime,
-    /// Its original nice (from the ledger): what a best-effort selection gets back after
-    /// the agent set another (`niced`).
+    /// Its original nice and affinity (from the ledger): what a best-effort selection
+    /// gets back after the agent set another nice (`niced`), and what a sleeping thread
+    /// waits with.
     nice0: i8,
+    affinity0: kernel::Mask,
     /// The agent set its nice (a loaded best-effort scheduler's selection).
     niced: bool,
     applied: KState,

@@ -112,6 +112,7 @@ impl Agent {
             KState::Run { cpu, class: RunClass::Other(None) } => format!("other cpu{cpu}"),
             KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
             KState::Parked => "idle".into(),
+            KState::Sleeping => "idle, unbound".into(),
             KState::Held => "idle, stopped".into(),
         }
     }
