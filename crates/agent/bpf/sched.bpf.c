@@ -14,7 +14,8 @@
 //   WAKE   sched_wakeup: a managed task became runnable (traced once it is on a run
 //          queue: after its own switch-out has been traced, so a wake never overtakes
 //          the block it ends; sched_waking can fire while the sleeper is still switching
-//          out on another CPU);
+//          out on another CPU); `state` carries the CPU it was woken on (p->wake_cpu, set
+//          with the CPU of the run queue it was put on);
 //   NEW    sched_wakeup_new: a new thread whose thread-group leader is managed (the
 //          agent adopts it at once instead of at its next rescan). The program runs in
 //          the creating thread's context (wake_up_new_task, called by clone), so the
@@ -51,6 +52,7 @@ enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
 #define QUIET_WAKE 0x80000000u
 
 struct task_struct {
+	int wake_cpu;
 	pid_t pid;
 	pid_t tgid;
 } __attribute__((preserve_access_index));
@@ -73,7 +75,7 @@ struct vassal_event {
 	__u32 tid;
 	__u32 tgid;
 	__u32 kind;
-	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited); the creator's tid at NEW
+	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited); the CPU at WAKE; the creator's tid at NEW
 	__u64 time; // CLOCK_MONOTONIC ns (bpf_ktime_get_ns)
 };
 
@@ -114,7 +116,7 @@ int vassal_wakeup(__u64 *ctx)
 	__u32 *v = bpf_map_lookup_elem(&tids, &tid);
 	if (!v)
 		return 0;
-	return emit(p, EV_WAKE, 0, (*v & QUIET_WAKE) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
+	return emit(p, EV_WAKE, (__u32)p->wake_cpu, (*v & QUIET_WAKE) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
 }
 
 // tp_btf/sched_wakeup_new: (struct task_struct *p)

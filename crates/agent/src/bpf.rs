@@ -4,7 +4,8 @@
 //! - `tp_btf/sched_switch`: `prev` is managed, not preempted and its state is not
 //!   TASK_RUNNING: it went to sleep ([`Kind::Block`]; the state is kept, so an exit,
 //!   TASK_DEAD, is told apart);
-//! - `tp_btf/sched_wakeup`: a managed thread became runnable ([`Kind::Wake`]). Not
+//! - `tp_btf/sched_wakeup`: a managed thread became runnable ([`Kind::Wake`], with the
+//!   CPU the kernel woke it on: [`Event::cpu`]). Not
 //!   `sched_waking`: that one fires in `try_to_wake_up` before the waker has waited for
 //!   the sleeper to finish switching out, so on another CPU a sleeper's wake could be
 //!   traced before its own block; `sched_wakeup` fires once the task is on a run queue,
@@ -45,6 +46,8 @@ pub struct Event {
     pub state: u32,
     /// The thread that created it, at [`Kind::New`] (of the same process); 0 otherwise.
     pub creator: i32,
+    /// The CPU it was woken on, at [`Kind::Wake`] (`p->wake_cpu`); None otherwise.
+    pub cpu: Option<u16>,
     /// When, CLOCK_MONOTONIC ns (`bpf_ktime_get_ns`).
     pub time: u64,
 }
@@ -73,10 +76,12 @@ impl Event {
         if tid <= 0 || tgid <= 0 {
             return None;
         }
-        // The fourth field is the state at a block and the creator's tid at a new thread.
+        // The fourth field is the state at a block, the CPU at a wake and the creator's
+        // tid at a new thread.
         let state = if kind == Kind::Block { u32_at(12) } else { 0 };
         let creator = if kind == Kind::New { u32_at(12) as i32 } else { 0 };
-        Some(Event { tid, tgid, kind, state, creator, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
+        let cpu = if kind == Kind::Wake { u16::try_from(u32_at(12)).ok() } else { None };
+        Some(Event { tid, tgid, kind, state, creator, cpu, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
     }
 
     /// The thread exited (its block was its last switch-out).
@@ -95,7 +100,11 @@ impl Event {
             Kind::New => 3,
         };
         b[8..12].copy_from_slice(&k.to_ne_bytes());
-        let fourth = if self.kind == Kind::New { self.creator as u32 } else { self.state };
+        let fourth = match self.kind {
+            Kind::New => self.creator as u32,
+            Kind::Wake => self.cpu.map_or(u32::MAX, u32::from),
+            Kind::Block => self.state,
+        };
         b[12..16].copy_from_slice(&fourth.to_ne_bytes());
         b[16..24].copy_from_slice(&self.time.to_ne_bytes());
         b
@@ -105,8 +114,15 @@ impl Event {
 /// The flag in a `tids` value that makes the thread's wakes quiet (sched.bpf.c).
 pub const QUIET_WAKE: u32 = 0x8000_0000;
 
-/// Whether this build carries the BPF object (clang was there at build time).
+/// Whether this build carries the BPF object (built by clang, or the committed one:
+/// crates/agent/build.rs).
 pub const BUILT: bool = cfg!(vassal_bpf);
+
+/// Where this build's BPF object came from (build.rs), for the agent's log.
+pub const ORIGIN: &str = match option_env!("VASSAL_BPF_ORIGIN") {
+    Some(o) => o,
+    None => "none (built without BPF)",
+};
 
 #[cfg(vassal_bpf)]
 mod imp {
@@ -208,17 +224,19 @@ mod tests {
 
     #[test]
     fn decodes_what_the_program_writes() {
-        for (kind, state, creator) in [(Kind::Block, 1, 0), (Kind::Block, TASK_DEAD, 0), (Kind::Wake, 0, 0), (Kind::New, 0, 1201)] {
-            let e = Event { tid: 1234, tgid: 1200, kind, state, creator, time: 987_654_321_012 };
+        for (kind, state, creator, cpu) in
+            [(Kind::Block, 1, 0, None), (Kind::Block, TASK_DEAD, 0, None), (Kind::Wake, 0, 0, Some(1)), (Kind::New, 0, 1201, None)]
+        {
+            let e = Event { tid: 1234, tgid: 1200, kind, state, creator, cpu, time: 987_654_321_012 };
             assert_eq!(Event::decode(&e.encode()), Some(e));
         }
-        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, creator: 0, time: 1 };
+        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, creator: 0, cpu: None, time: 1 };
         assert!(dead.exited());
         assert!(!Event { state: 1, ..dead }.exited());
         // A wake's state field is ignored; a new thread's is its creator, never an exit.
-        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, creator: 0, time: 1 }.encode();
+        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(0), time: 1 }.encode();
         b[12] = 0x80;
-        assert_eq!(Event::decode(&b).map(|e| e.exited()), Some(false));
+        assert_eq!(Event::decode(&b).map(|e| (e.exited(), e.cpu)), Some((false, Some(0x80))));
         b[8..12].copy_from_slice(&3u32.to_ne_bytes());
         assert_eq!(Event::decode(&b).map(|e| (e.exited(), e.creator)), Some((false, 0x80)));
     }
@@ -295,9 +313,59 @@ mod tests {
         assert_eq!(creator(inner), Some((pid, outer)), "{evs:?}");
     }
 
+    /// The committed object (crates/agent/bpf/sched.bpf.o, used where clang is missing) is
+    /// built from this very source: its recorded sha256 is the source's; and where clang
+    /// is the compiler that built it, compiling the source gives the same bytes.
+    #[test]
+    fn the_committed_object_is_built_from_this_source() {
+        use sha2::{Digest, Sha256};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf");
+        let source = std::fs::read(dir.join("sched.bpf.c")).unwrap();
+        let hex: String = Sha256::digest(&source).iter().map(|b| format!("{b:02x}")).collect();
+        let recorded = std::fs::read_to_string(dir.join("sched.bpf.o.sha256")).unwrap();
+        assert_eq!(recorded.trim(), hex, "bpf/sched.bpf.c changed since the committed object was built: run scripts/bpf-object.sh");
+        let committed = std::fs::read(dir.join("sched.bpf.o")).unwrap();
+        let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+        let Ok(v) = std::process::Command::new(&clang).arg("--version").output() else {
+            crate::skip::skip("no clang: the committed BPF object's bytes are not rebuilt");
+            return;
+        };
+        let version = String::from_utf8_lossy(&v.stdout).lines().next().unwrap_or("").to_string();
+        if !committed.windows(version.len().max(1)).any(|w| w == version.as_bytes()) {
+            crate::skip::skip("this clang did not build the committed BPF object: its bytes are not compared");
+            return;
+        }
+        let out = std::env::temp_dir().join(format!("vassal-bpf-check-{}.o", std::process::id()));
+        let ok = std::process::Command::new(&clang)
+            .args([
+                "-target",
+                "bpf",
+                "-O2",
+                "-g",
+                "-Wall",
+                "-fdebug-compilation-dir=.",
+                "-D__TARGET_ARCH_x86",
+                "-c",
+                "bpf/sched.bpf.c",
+                "-o",
+            ])
+            .arg(&out)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{clang} could not build bpf/sched.bpf.c");
+        let fresh = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        assert!(
+            fresh == committed,
+            "the committed bpf/sched.bpf.o is not what {version} builds from its source: run scripts/bpf-object.sh"
+        );
+    }
+
     #[test]
     fn refuses_malformed_records() {
-        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, creator: 0, time: 9 }.encode();
+        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(1), time: 9 }.encode();
         assert!(Event::decode(&good[..23]).is_none());
         assert!(Event::decode(&[good.as_slice(), &[0]].concat()).is_none());
         assert!(Event::decode(&[]).is_none());

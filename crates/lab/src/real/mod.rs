@@ -18,6 +18,10 @@ use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
 use vassal_agent::workers::{self, quantile, Worker};
 
+mod apps;
+mod rtapp;
+mod scale;
+
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 
@@ -38,6 +42,11 @@ fn at_most(id: &str, target: f64, tol: f64, ours: f64, why: &str) -> RealRow {
     RealRow { id: id.into(), paper: target, ours, tolerance: tol, pass: ours <= target + tol, why: why.into(), known_difference: None }
 }
 
+/// A row that must be at least `target` (− `tol`).
+fn at_least(id: &str, target: f64, tol: f64, ours: f64, why: &str) -> RealRow {
+    RealRow { id: id.into(), paper: target, ours, tolerance: tol, pass: ours >= target - tol, why: why.into(), known_difference: None }
+}
+
 /// A row within `tol` of `paper`.
 fn near(id: &str, paper: f64, tol: f64, ours: f64, why: &str) -> RealRow {
     RealRow { id: id.into(), paper, ours, tolerance: tol, pass: (ours - paper).abs() <= tol, why: why.into(), known_difference: None }
@@ -54,6 +63,11 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("real.bvt", "BVT Tables 4-5 with real rt, int and cont processes on CPU 0; then rt loops"),
     ("real.vassal", "Vassal Table 2: 1 ms periodic wake-ups, timed scheduler vs clock_nanosleep, under load"),
     ("real.overhead", "the agent's own CPU use at 1 ms and 4 ms ticks"),
+    ("real.threads", "a process of 4 CPU-bound threads spreads over both CPUs under the agent"),
+    ("real.besteffort", "a best-effort loaded BVT hosting 4 CPU-bound tasks of weights 1:1:2:4, never real-time"),
+    ("real.reservation_hold", "a CPU-bound rtserver reservation of 0.25 held at its share for 10 s among hogs"),
+    ("real.rtapp_video", "rt-app's video workload (Debian's example) under the kernel and under vassal run: each thread's wake-up p99"),
+    ("real.scale", "the agent's CPU and a warped thread's wake-to-run p99 with 10, 100 and 500 managed threads"),
 ];
 
 /// A running agent process (`<vassal> agent --config <tmp>`), stopped on drop.
@@ -153,6 +167,21 @@ pub fn run(exe: &std::path::Path, names: &[String]) -> Result<Vec<RealRow>, Stri
     }
     if wanted("real.overhead") {
         rows.extend(overhead(exe, &names).map_err(e)?);
+    }
+    if wanted("real.threads") {
+        rows.extend(apps::threads(exe).map_err(e)?);
+    }
+    if wanted("real.besteffort") {
+        rows.extend(apps::besteffort(exe).map_err(e)?);
+    }
+    if wanted("real.reservation_hold") {
+        rows.extend(apps::reservation_hold(exe).map_err(e)?);
+    }
+    if wanted("real.rtapp_video") {
+        rows.extend(rtapp::rtapp_video(exe).map_err(e)?);
+    }
+    if wanted("real.scale") {
+        rows.extend(scale::scale(exe, &names).map_err(e)?);
     }
     if rows.is_empty() {
         return Err(format!(
