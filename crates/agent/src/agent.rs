@@ -59,6 +59,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
         set
     };
     kernel::mlockall().map_err(|e| format!("mlockall: {e}"))?;
+    // Two /proc files per managed thread: the usual soft limit of 1,024 would end at a
+    // few hundred threads.
+    if let Err(e) = kernel::raise_nofile() {
+        eprintln!("vassal agent: cannot raise its limit of open files ({e}): it may manage fewer threads");
+    }
     let wchan = kernel::use_wchan();
     let now = kernel::now_ns();
     let mut agent = Agent::new(cfg.clone(), ledger, now)?;
@@ -70,7 +75,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         EventsMode::Bpf | EventsMode::Auto => match crate::bpf::EventSource::load() {
             Ok(src) => {
                 agent.set_source(Source::Bpf(Box::new(src)));
-                "BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer)".to_string()
+                format!("BPF (tp_btf sched_switch/sched_wakeup/sched_wakeup_new, ring buffer; object: {})", crate::bpf::ORIGIN)
             }
             Err(e) if cfg.events == EventsMode::Bpf => return Err(format!("events = \"bpf\": {e}")),
             Err(e) => format!("{polling} (BPF did not load: {e})"),

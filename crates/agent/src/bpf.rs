@@ -105,8 +105,15 @@ impl Event {
 /// The flag in a `tids` value that makes the thread's wakes quiet (sched.bpf.c).
 pub const QUIET_WAKE: u32 = 0x8000_0000;
 
-/// Whether this build carries the BPF object (clang was there at build time).
+/// Whether this build carries the BPF object (built by clang, or the committed one:
+/// crates/agent/build.rs).
 pub const BUILT: bool = cfg!(vassal_bpf);
+
+/// Where this build's BPF object came from (build.rs), for the agent's log.
+pub const ORIGIN: &str = match option_env!("VASSAL_BPF_ORIGIN") {
+    Some(o) => o,
+    None => "none (built without BPF)",
+};
 
 #[cfg(vassal_bpf)]
 mod imp {
@@ -293,6 +300,56 @@ mod tests {
         let creator = |tid: i32| evs.iter().find(|e| e.kind == Kind::New && e.tid == tid).map(|e| (e.tgid, e.creator));
         assert_eq!(creator(outer), Some((pid, me)), "{evs:?}");
         assert_eq!(creator(inner), Some((pid, outer)), "{evs:?}");
+    }
+
+    /// The committed object (crates/agent/bpf/sched.bpf.o, used where clang is missing) is
+    /// built from this very source: its recorded sha256 is the source's; and where clang
+    /// is the compiler that built it, compiling the source gives the same bytes.
+    #[test]
+    fn the_committed_object_is_built_from_this_source() {
+        use sha2::{Digest, Sha256};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf");
+        let source = std::fs::read(dir.join("sched.bpf.c")).unwrap();
+        let hex: String = Sha256::digest(&source).iter().map(|b| format!("{b:02x}")).collect();
+        let recorded = std::fs::read_to_string(dir.join("sched.bpf.o.sha256")).unwrap();
+        assert_eq!(recorded.trim(), hex, "bpf/sched.bpf.c changed since the committed object was built: run scripts/bpf-object.sh");
+        let committed = std::fs::read(dir.join("sched.bpf.o")).unwrap();
+        let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+        let Ok(v) = std::process::Command::new(&clang).arg("--version").output() else {
+            crate::skip::skip("no clang: the committed BPF object's bytes are not rebuilt");
+            return;
+        };
+        let version = String::from_utf8_lossy(&v.stdout).lines().next().unwrap_or("").to_string();
+        if !committed.windows(version.len().max(1)).any(|w| w == version.as_bytes()) {
+            crate::skip::skip("this clang did not build the committed BPF object: its bytes are not compared");
+            return;
+        }
+        let out = std::env::temp_dir().join(format!("vassal-bpf-check-{}.o", std::process::id()));
+        let ok = std::process::Command::new(&clang)
+            .args([
+                "-target",
+                "bpf",
+                "-O2",
+                "-g",
+                "-Wall",
+                "-fdebug-compilation-dir=.",
+                "-D__TARGET_ARCH_x86",
+                "-c",
+                "bpf/sched.bpf.c",
+                "-o",
+            ])
+            .arg(&out)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{clang} could not build bpf/sched.bpf.c");
+        let fresh = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        assert!(
+            fresh == committed,
+            "the committed bpf/sched.bpf.o is not what {version} builds from its source: run scripts/bpf-object.sh"
+        );
     }
 
     #[test]

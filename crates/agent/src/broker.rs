@@ -735,16 +735,40 @@ impl Pool {
     }
 }
 
-/// May `caller` act on process `pid`? (Before the lock: reads /proc.)
-fn may_touch(caller: Caller, pid: i32) -> Result<(), String> {
+/// May `caller` act on process `pid`, and on its thread `tid` if the call names one?
+/// (Before the lock: reads /proc.) A thread must be one of `pid`'s, and its own real and
+/// effective uid must be the caller's too: credentials are per thread in Linux, so a
+/// thread that changed its own uids (a raw `setresuid`) is not the caller's even in the
+/// caller's process.
+fn may_touch(caller: Caller, pid: i32, tid: Option<i32>) -> Result<(), String> {
+    if let Some(t) = tid {
+        if kernel::thread_uids(pid, t).is_err() {
+            return Err(format!("no thread {t} in process {pid}"));
+        }
+    }
     if caller.uid == 0 {
         return Ok(());
     }
     match kernel::uids(pid) {
-        Ok((r, e)) if r == caller.uid && e == caller.uid => Ok(()),
-        Ok(_) => Err(format!("process {pid} does not belong to uid {}", caller.uid)),
-        Err(_) => Err(format!("no process {pid}")),
+        Ok((r, e)) if r == caller.uid && e == caller.uid => {}
+        Ok(_) => return Err(format!("process {pid} does not belong to uid {}", caller.uid)),
+        Err(_) => return Err(format!("no process {pid}")),
     }
+    // The thread named, or — a call about the whole process — every thread of it.
+    let tids = match tid {
+        Some(t) => vec![t],
+        None => kernel::threads(pid).map_err(|_| format!("no process {pid}"))?,
+    };
+    for t in tids {
+        match kernel::thread_uids(pid, t) {
+            Ok((r, e)) if r == caller.uid && e == caller.uid => {}
+            Ok(_) => return Err(format!("thread {t} of process {pid} does not belong to uid {}", caller.uid)),
+            // Gone meanwhile (an exit): nothing to act on.
+            Err(_) if tid.is_none() => {}
+            Err(_) => return Err(format!("no thread {t} in process {pid}")),
+        }
+    }
+    Ok(())
 }
 
 /// How much a parameter's value gives, as a number that grows with privilege: more
@@ -763,7 +787,7 @@ fn privilege(name: &str, value: i64) -> i128 {
 /// may set a value up to the ceiling's privilege, or any value less privileged than the
 /// task's current one. A warp time limit is never unlimited for them, and is at most
 /// `max_warp_limit` (the `warp_limit` ceiling, 10 ms if none is configured).
-fn check_ceiling(agent: &Agent, caller: Caller, pid: i32, name: &str, value: i64) -> Result<(), String> {
+fn check_ceiling(agent: &Agent, caller: Caller, pid: i32, tid: Option<i32>, name: &str, value: i64) -> Result<(), String> {
     if caller.uid == 0 {
         return Ok(());
     }
@@ -772,7 +796,7 @@ fn check_ceiling(agent: &Agent, caller: Caller, pid: i32, name: &str, value: i64
         _ => agent.cfg.ceilings.get(name).copied(),
     };
     let p = privilege(name, value);
-    let current = agent.param(pid, name);
+    let current = agent.param(pid, tid, name);
     match ceiling {
         Some(c) if p <= privilege(name, c) => Ok(()),
         _ if current.is_some_and(|cur| p <= privilege(name, cur)) => Ok(()),
@@ -795,14 +819,8 @@ fn check_joined_by(agent: &Agent, caller: Caller, pid: i32) -> Result<(), String
 
 /// Handles one call from `caller`.
 pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
-    let target = match &call {
-        Call::Join { pid, .. } | Call::Leave { pid } | Call::Release { pid } | Call::Param { pid, .. } | Call::Message { pid, .. } => {
-            Some(*pid)
-        }
-        _ => None,
-    };
-    if let Some(pid) = target {
-        if let Err(e) = may_touch(caller, pid) {
+    if let Some(pid) = call.pid() {
+        if let Err(e) = may_touch(caller, pid, call.tid()) {
             return Answer::refused(e);
         }
     }
@@ -814,13 +832,13 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
     }
     let now = kernel::now_ns;
     match call {
-        Call::Join { pid, sched, mut params } => shared.run(|a| {
+        Call::Join { pid, tid, sched, mut params } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
             for (k, v) in &params {
-                check_ceiling(a, caller, pid, k, *v)?;
+                check_ceiling(a, caller, pid, tid, k, *v)?;
             }
             // A non-root user's warp always has a finite limit: theirs, else the ceiling.
-            if caller.uid != 0 && params.get("warp").is_some_and(|&w| w > 0) && a.param(pid, "warp_limit").is_none() {
+            if caller.uid != 0 && params.get("warp").is_some_and(|&w| w > 0) && a.param(pid, tid, "warp_limit").is_none() {
                 params.entry("warp_limit".into()).or_insert(a.cfg.max_warp_limit.min(i64::MAX as u64) as i64);
             }
             let sched = match sched {
@@ -828,25 +846,25 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                 Some(n) => Some(a.lookup(&n).ok_or_else(|| format!("no scheduler named '{n}'"))?),
             };
             let uid = if caller.uid == 0 { kernel::uids(pid).map(|u| u.0).unwrap_or(0) } else { caller.uid };
-            Ok(a.join(now(), pid, uid, sched, &params))
+            Ok(a.join(now(), pid, tid, uid, sched, &params))
         }),
-        Call::Leave { pid } => shared.run(|a| {
+        Call::Leave { pid, tid } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
-            Ok(a.leave(now(), pid, caller.uid))
+            Ok(a.leave(now(), pid, tid, caller.uid))
         }),
         Call::Release { pid } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
             Ok(a.release(now(), pid))
         }),
-        Call::Param { pid, name, value } => shared.run(|a| {
+        Call::Param { pid, tid, name, value } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
-            check_ceiling(a, caller, pid, &name, value)?;
-            Ok(a.message(now(), None, pid, caller.uid, &Request::Param { name, value }))
+            check_ceiling(a, caller, pid, tid, &name, value)?;
+            Ok(a.message(now(), None, pid, tid, caller.uid, &Request::Param { name, value }))
         }),
-        Call::Message { sched, pid, request } => shared.run(|a| {
+        Call::Message { sched, pid, tid, request } => shared.run(|a| {
             check_joined_by(a, caller, pid)?;
             if let Request::Param { name, value } = &request {
-                check_ceiling(a, caller, pid, name, *value)?;
+                check_ceiling(a, caller, pid, tid, name, *value)?;
             }
             let sched = match sched {
                 None => None,
@@ -854,7 +872,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
             };
             let n = now();
             let req = request.resolve(n)?;
-            Ok(a.message(n, sched, pid, caller.uid, &req))
+            Ok(a.message(n, sched, pid, tid, caller.uid, &req))
         }),
         Call::Hierarchy => shared.run(|a| Ok(a.hierarchy())),
         Call::Tasks => shared.run(|a| Ok(Answer::Tasks { tasks: a.task_rows() })),
@@ -895,6 +913,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     dispatcher_cpu_ns: dcpu,
                     passes: a.passes,
                     managed: a.managed(),
+                    managed_threads: a.managed_threads(),
                     ledger_records: a.ledger_records(),
                     kernel_errors: a.kernel_errors,
                     ejections: a.ejections(),

@@ -270,23 +270,38 @@ impl Client {
         }
     }
 
-    /// JOIN: this process joins `sched` (None: the default scheduler).
+    /// JOIN: the calling thread joins `sched` (None: the default scheduler), as Vassal's
+    /// JOIN is a thread's (its process is managed whole; its other threads stay where
+    /// they are).
     pub fn join(&mut self, sched: Option<&str>) -> Result<(), ClientError> {
-        self.join_pid(self.pid, sched, BTreeMap::new())
+        let call = Call::Join { pid: self.pid, tid: Some(kernel::gettid()), sched: sched.map(str::to_string), params: BTreeMap::new() };
+        self.ok(&call).map(|_| ())
     }
 
+    /// JOIN for process `pid`: every thread of it joins `sched` with `params`.
     pub fn join_pid(&mut self, pid: i32, sched: Option<&str>, params: BTreeMap<String, i64>) -> Result<(), ClientError> {
-        self.ok(&Call::Join { pid, sched: sched.map(str::to_string), params }).map(|_| ())
+        self.ok(&Call::Join { pid, tid: None, sched: sched.map(str::to_string), params }).map(|_| ())
     }
 
-    /// MessageToScheduler about `pid` (to its owner if `sched` is None).
+    /// JOIN for thread `tid` of process `pid` alone.
+    pub fn join_thread(&mut self, pid: i32, tid: i32, sched: Option<&str>, params: BTreeMap<String, i64>) -> Result<(), ClientError> {
+        self.ok(&Call::Join { pid, tid: Some(tid), sched: sched.map(str::to_string), params }).map(|_| ())
+    }
+
+    /// MessageToScheduler about process `pid` (to each thread's owner if `sched` is None).
     pub fn message(&mut self, sched: Option<&str>, pid: i32, request: Request) -> Result<Answer, ClientError> {
-        self.ok(&Call::Message { sched: sched.map(str::to_string), pid, request })
+        self.ok(&Call::Message { sched: sched.map(str::to_string), pid, tid: None, request })
     }
 
-    /// SET(delay): run this process `delay` ns from now (paper 000 §5). Returns at once.
+    /// MessageToScheduler about thread `tid` of process `pid`.
+    pub fn message_thread(&mut self, sched: Option<&str>, pid: i32, tid: i32, request: Request) -> Result<Answer, ClientError> {
+        self.ok(&Call::Message { sched: sched.map(str::to_string), pid, tid: Some(tid), request })
+    }
+
+    /// SET(delay): run the calling thread `delay` ns from now (paper 000 §5). Returns at
+    /// once.
     pub fn set(&mut self, delay: Ns) -> Result<(), ClientError> {
-        self.message(None, self.pid, Request::Set { delay }).map(|_| ())
+        self.message_thread(None, self.pid, kernel::gettid(), Request::Set { delay }).map(|_| ())
     }
 
     /// SET for the absolute CLOCK_MONOTONIC time `at`, then sleep until `at`. A time
@@ -306,7 +321,7 @@ impl Client {
             self.check_open();
         }
         if at > kernel::now_ns() {
-            let call = Call::Message { sched: None, pid: self.pid, request: Request::SetAt { at } };
+            let call = Call::Message { sched: None, pid: self.pid, tid: Some(kernel::gettid()), request: Request::SetAt { at } };
             let line = wire::encode(&call);
             match self.send(line.as_bytes()) {
                 // Closed before it read the SET: once more, on a new connection.

@@ -9,6 +9,7 @@
 //! guardian_priority = 95     # SCHED_FIFO of the guardian process
 //! run_priority = 50          # SCHED_FIFO of a selected real-time task (a wake-armed one gets +1)
 //! best_effort_run = "other"  # how a selected task of the default scheduler runs: "other" or "fifo"
+//! loaded_best_effort_nice = -10  # the nice of a root-owned task a loaded best-effort scheduler selects
 //! events = "auto"            # block/wake events: "bpf", "poll" (/proc), or "auto" (BPF if it loads)
 //!
 //! [default]                  # the bottom scheduler (this is the built-in default)
@@ -56,6 +57,9 @@ pub enum UsageSpec {
     Reserved { cpus: f64 },
     /// Definite moments on the listed CPUs, up to `util` of each.
     HardTime { util: f64, cpus: Vec<u16> },
+    /// No guarantee (`usage = "best_effort"`): its tasks run in the kernel's fair class,
+    /// never at a real-time priority (issue 17; docs/agent.md, "Classes").
+    BestEffort,
 }
 
 impl UsageSpec {
@@ -67,6 +71,7 @@ impl UsageSpec {
             Ok((x * CPU_PPM as f64).round() as u64)
         };
         match self {
+            UsageSpec::BestEffort => Ok(Usage::BestEffort),
             UsageSpec::Reserved { cpus } => Ok(Usage::Reserved { cpu_ppm: ppm(*cpus, "cpus")? }),
             UsageSpec::HardTime { util, cpus } => {
                 let mut set = CpuSet::NONE;
@@ -173,6 +178,7 @@ struct Raw {
     guardian_priority: Option<i32>,
     run_priority: Option<i32>,
     best_effort_run: Option<BestEffortRun>,
+    loaded_best_effort_nice: Option<i32>,
     max_clients: Option<usize>,
     max_clients_per_uid: Option<usize>,
     client_timeout: Option<String>,
@@ -200,6 +206,12 @@ pub struct Config {
     pub guardian_priority: i32,
     pub run_priority: i32,
     pub best_effort_run: BestEffortRun,
+    /// The nice a root-owned task runs at (SCHED_OTHER) while a loaded best-effort
+    /// scheduler selects it (`loaded_best_effort_nice`, -20..=19, default -10): strong
+    /// enough that the scheduler's choice holds against unmanaged time-sharing work (a
+    /// nice-0 task gets about a tenth of the CPU beside it). Another user's task keeps
+    /// its own nice: a stronger one would be a privilege of its own.
+    pub loaded_best_effort_nice: i32,
     pub max_clients: usize,
     /// At most this many connections of one ordinary uid at once (root's are counted
     /// apart: docs/agent.md, "Connections").
@@ -358,6 +370,10 @@ impl Config {
                 }
             }
         }
+        let loaded_best_effort_nice = raw.loaded_best_effort_nice.unwrap_or(-10);
+        if !(-20..=19).contains(&loaded_best_effort_nice) {
+            return Err(format!("loaded_best_effort_nice {loaded_best_effort_nice}: must be a nice value -20..=19"));
+        }
         let max_clients = raw.max_clients.unwrap_or(64);
         let max_clients_per_uid = raw.max_clients_per_uid.unwrap_or(max_clients.min(8));
         if max_clients == 0 || !(1..=max_clients).contains(&max_clients_per_uid) {
@@ -377,6 +393,7 @@ impl Config {
             guardian_priority,
             run_priority,
             best_effort_run: raw.best_effort_run.unwrap_or(BestEffortRun::Other),
+            loaded_best_effort_nice,
             max_clients,
             max_clients_per_uid,
             client_timeout,
@@ -406,6 +423,10 @@ mod tests {
         assert_eq!(c.events, EventsMode::Auto);
         assert_eq!(Config::from_toml("events = \"poll\"").unwrap().events, EventsMode::Poll);
         assert_eq!(Config::from_toml("events = \"bpf\"").unwrap().events, EventsMode::Bpf);
+        assert_eq!(c.loaded_best_effort_nice, -10);
+        // A loaded scheduler may declare best effort (issue 17).
+        let c = Config::from_toml("[[scheduler]]\nname = \"fair\"\nkind = \"bvt\"\nusage = \"best_effort\"").unwrap();
+        assert_eq!(c.schedulers[0].usage().unwrap().to_usage(2).unwrap(), Usage::BestEffort);
     }
 
     #[test]
@@ -416,6 +437,7 @@ mod tests {
         assert!(Config::from_toml("[default]\nkind = \"nope\"").unwrap_err().contains("nope"));
         assert!(Config::from_toml("run_priority = 95").is_err());
         assert!(Config::from_toml("events = \"ebpf\"").unwrap_err().contains("ebpf"));
+        assert!(Config::from_toml("loaded_best_effort_nice = -21").unwrap_err().contains("loaded_best_effort_nice"));
         let e = Config::from_toml(
             "[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nparams = { lead = 5 }\nusage = { reserved = { cpus = 0.1 } }",
         )

@@ -313,7 +313,10 @@ pub fn set_rttime(pid: i32, r: Rlimit) -> io::Result<()> {
 
 /// The real and effective uid of a process.
 pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    uids_in(&std::fs::read_to_string(format!("/proc/{pid}/status"))?)
+}
+
+fn uids_in(text: &str) -> io::Result<(u32, u32)> {
     let line = text.lines().find(|l| l.starts_with("Uid:")).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Uid line"))?;
     let mut it = line[4..].split_whitespace().map(|s| s.parse::<u32>());
     match (it.next(), it.next()) {
@@ -322,13 +325,15 @@ pub fn uids(pid: i32) -> io::Result<(u32, u32)> {
     }
 }
 
-/// A process's thread states, read from a kept-open /proc/PID/stat (no open/close per
-/// poll) — the polling event source.
+/// A thread's state, read from a kept-open /proc/TID/stat (no open/close per poll) — the
+/// polling event source.
 pub struct StatFile {
+    tid: i32,
     file: File,
     /// /proc/TID/wchan, when this kernel names the function a blocked task sleeps in
     /// (see [`use_wchan`]): "0" exactly when the task is runnable. Reading it costs about a
-    /// third of reading the stat line (docs/agent.md, "Event source").
+    /// third of reading the stat line (docs/agent.md, "Event source"). Opened at the
+    /// first [`StatFile::runnable`] (a thread the BPF events watch never needs it).
     wchan: Option<File>,
     buf: [u8; 1024],
 }
@@ -354,12 +359,11 @@ pub fn use_wchan() -> bool {
 }
 
 impl StatFile {
-    pub fn open(pid: i32) -> io::Result<StatFile> {
-        let wchan = if WCHAN.load(std::sync::atomic::Ordering::Relaxed) { Some(File::open(format!("/proc/{pid}/wchan"))?) } else { None };
-        Ok(StatFile { file: File::open(format!("/proc/{pid}/stat"))?, wchan, buf: [0; 1024] })
+    pub fn open(tid: i32) -> io::Result<StatFile> {
+        Ok(StatFile { tid, file: File::open(format!("/proc/{tid}/stat"))?, wchan: None, buf: [0; 1024] })
     }
     /// The state letter (R running/runnable, S, D, T, Z, ...). An error or 'Z'/'X' means
-    /// the process is gone.
+    /// the thread is gone.
     pub fn state(&mut self) -> io::Result<u8> {
         // One pread at offset 0 regenerates the line (no seek, no size probe, no second
         // read for end of file: the line is far shorter than the buffer).
@@ -373,6 +377,9 @@ impl StatFile {
     /// runnable through wchan: callers check [`StatFile::state`] now and then.
     pub fn runnable(&mut self) -> io::Result<bool> {
         use std::os::unix::fs::FileExt;
+        if self.wchan.is_none() && WCHAN.load(std::sync::atomic::Ordering::Relaxed) {
+            self.wchan = Some(File::open(format!("/proc/{}/wchan", self.tid))?);
+        }
         match &self.wchan {
             Some(w) => {
                 let n = w.read_at(&mut self.buf, 0)?;
@@ -381,6 +388,57 @@ impl StatFile {
             None => Ok(self.state()? == b'R'),
         }
     }
+}
+
+/// A thread's CPU time, read from a kept-open /proc/TID/schedstat (its first field,
+/// `sum_exec_runtime` in ns; ~0.7 µs a read, MACHINE.md). Exact to the read: the kernel's
+/// `task_sched_runtime` brings a thread running on another CPU up to date first, where
+/// a process CPU clock read from another process only sums what its threads' last ticks
+/// and switches recorded (up to a 4 ms kernel tick behind for each running thread). Linux
+/// lets a thread CPU clock (`clock_gettime`) be read only within its own process.
+pub struct RunTime {
+    file: File,
+    buf: [u8; 96],
+}
+
+impl RunTime {
+    pub fn open(tid: i32) -> io::Result<RunTime> {
+        Ok(RunTime { file: File::open(format!("/proc/{tid}/schedstat"))?, buf: [0; 96] })
+    }
+    /// CPU time used so far, ns (an error: the thread is gone).
+    pub fn read(&mut self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(&mut self.buf, 0)?;
+        parse_schedstat(&self.buf[..n]).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+    }
+}
+
+/// The first field of a schedstat line ("runtime wait timeslices").
+fn parse_schedstat(line: &[u8]) -> Option<u64> {
+    let end = line.iter().position(|&b| b == b' ' || b == b'\n').unwrap_or(line.len());
+    std::str::from_utf8(&line[..end]).ok()?.parse().ok()
+}
+
+/// The real and effective uid of thread `tid` of process `pid` (credentials are per
+/// thread in Linux: a raw `setresuid` changes one thread's only), from
+/// /proc/PID/task/TID/status, so a tid of another process is not found.
+pub fn thread_uids(pid: i32, tid: i32) -> io::Result<(u32, u32)> {
+    uids_in(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))?)
+}
+
+/// Raises this process's soft limit on open files to its hard limit: the agent keeps two
+/// /proc files open per managed thread (stat and schedstat; three when polling), and the
+/// usual soft limit of 1,024 would end a join of a few hundred threads. Returns the limit.
+pub fn raise_nofile() -> io::Result<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    if r.rlim_cur < r.rlim_max {
+        r.rlim_cur = r.rlim_max;
+        // SAFETY: as above.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
+    }
+    Ok(r.rlim_cur)
 }
 
 /// A process's CPU-time clock (all its threads).
@@ -590,6 +648,13 @@ mod tests {
         let mut st = StatFile::open(gettid()).unwrap();
         assert_eq!(st.state().unwrap(), b'R');
         assert!(st.runnable().unwrap());
+        let mut rt = RunTime::open(gettid()).unwrap();
+        let (a, b) = (rt.read().unwrap(), rt.read().unwrap());
+        assert!(a > 0 && b >= a, "{a} {b}");
+        assert_eq!(parse_schedstat(b"123 456 7\n"), Some(123));
+        assert_eq!(parse_schedstat(b"x"), None);
+        assert_eq!(thread_uids(me, gettid()).unwrap(), uids(me).unwrap());
+        assert!(thread_uids(me, 1).is_err(), "PID 1 is no thread of this process");
         assert!(start_time(me).unwrap() > 0);
         assert!(CpuClock::of_process(me).unwrap().read().unwrap() > 0);
         assert!(threads(me).unwrap().contains(&me));

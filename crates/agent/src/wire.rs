@@ -25,31 +25,50 @@ pub const MAX_LINE: usize = 64 * 1024;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Call {
-    /// Manage process `pid` and move it to scheduler `sched` (default: the default
-    /// scheduler), with task parameters `params` (e.g. weight, warp, warp_limit, unwarp
-    /// in ns). A process already managed just moves (Vassal's JOIN).
+    /// Manage process `pid` (every thread of it) and move it to scheduler `sched`
+    /// (default: the default scheduler), with task parameters `params` (e.g. weight,
+    /// warp, warp_limit, unwarp in ns). A process already managed just moves (Vassal's
+    /// JOIN). With `tid`, only that thread of `pid` moves and gets `params` (the process
+    /// is managed whole all the same).
     Join {
         pid: i32,
+        #[serde(default)]
+        tid: Option<i32>,
         #[serde(default)]
         sched: Option<String>,
         #[serde(default)]
         params: BTreeMap<String, i64>,
     },
-    /// Return the process to the default scheduler (Vassal's LEAVE).
-    Leave { pid: i32 },
+    /// Return the process (or thread `tid` of it) to the default scheduler (Vassal's LEAVE).
+    Leave {
+        pid: i32,
+        #[serde(default)]
+        tid: Option<i32>,
+    },
     /// Stop managing the process: its threads get their original scheduling back.
     Release { pid: i32 },
-    /// Set one task parameter through its scheduler (`Request::Param`).
-    Param { pid: i32, name: String, value: i64 },
+    /// Set one task parameter through its scheduler (`Request::Param`): of the process
+    /// (each thread, the weight divided among them), or of thread `tid` alone.
+    Param {
+        pid: i32,
+        #[serde(default)]
+        tid: Option<i32>,
+        name: String,
+        value: i64,
+    },
     /// MessageToScheduler: `request` about `pid` to scheduler `sched` (default: the
     /// scheduler that owns the process). vassal_core's `Request` itself, in its JSON form
     /// (`{"kind":"set","delay_ns":1000000}`, times in ns with an `_ns` suffix; `set_at`
     /// takes an absolute CLOCK_MONOTONIC time, `Request::resolve`; `join` and `leave` are
     /// calls of their own, not requests).
+    /// With `tid`, about that thread of `pid`; without, about the process (docs/agent.md,
+    /// "Unit of scheduling", says which threads each request goes to).
     Message {
         #[serde(default)]
         sched: Option<String>,
         pid: i32,
+        #[serde(default)]
+        tid: Option<i32>,
         request: Request,
     },
     /// The hierarchy, top-down.
@@ -95,6 +114,27 @@ pub enum Call {
     Status,
 }
 
+impl Call {
+    /// The process a call is about.
+    pub fn pid(&self) -> Option<i32> {
+        match self {
+            Call::Join { pid, .. }
+            | Call::Leave { pid, .. }
+            | Call::Release { pid }
+            | Call::Param { pid, .. }
+            | Call::Message { pid, .. } => Some(*pid),
+            _ => None,
+        }
+    }
+    /// The thread of that process it is about, if it names one.
+    pub fn tid(&self) -> Option<i32> {
+        match self {
+            Call::Join { tid, .. } | Call::Leave { tid, .. } | Call::Param { tid, .. } | Call::Message { tid, .. } => *tid,
+            _ => None,
+        }
+    }
+}
+
 /// A registered scheduler, for `hierarchy`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SchedRow {
@@ -107,6 +147,13 @@ pub struct SchedRow {
     /// For a loaded module: the file it was loaded from (None: a built-in policy).
     #[serde(default)]
     pub module: Option<String>,
+    /// The CPU its decisions gave its tasks over the last second, in CPUs (measured).
+    #[serde(default)]
+    pub share: f64,
+    /// What it was granted: its declared demand in CPUs (hard time: util × CPUs;
+    /// reserved: its share); None for best effort.
+    #[serde(default)]
+    pub granted: Option<f64>,
 }
 
 /// A loaded module the agent ejected (docs/modules.md, "Containment"), for `status`.
@@ -122,22 +169,27 @@ pub struct EjectionRow {
     pub moved: Vec<String>,
 }
 
-/// A managed process, for `tasks`.
+/// A managed process, for `tasks`: its figures are its threads' together (each thread's
+/// are in `thread_rows`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRow {
     pub pid: i32,
     pub uid: u32,
+    /// The task of its main thread.
     pub task: u32,
+    /// Its threads' schedulers ("a+b" if they differ).
     pub sched: String,
     pub threads: usize,
-    /// Runnable / running / blocked, as the dispatcher sees it.
+    /// Running (on which CPUs) if a thread is, else runnable if one is, else blocked, as
+    /// the dispatcher sees it.
     pub state: String,
-    /// What the agent made of it in the kernel: e.g. "fifo50 cpu1", "armed fifo51 cpu0",
-    /// "other", "idle".
+    /// What the agent made of it in the kernel: its thread's, e.g. "fifo50 cpu1", "armed
+    /// fifo51 cpu0", "other cpu0", "idle"; for several threads, each distinct state with
+    /// how many threads are in it.
     pub kernel: String,
-    /// CPU used, ns, since it joined.
+    /// CPU used, ns, since it joined (all its threads, gone ones included).
     pub cpu_ns: u64,
-    /// Its share of one CPU over the last second.
+    /// Its threads' shares of one CPU over the last second, added up (2.0: two CPUs).
     pub share: f64,
     /// Dispatch latency (seen runnable by the agent → selected), µs, p50 and p99.
     pub latency_p50_us: f64,
@@ -153,6 +205,36 @@ pub struct TaskRow {
     /// overrunning, paper 002 §2.3), oldest first.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Its reservations together, in CPUs (granted; `share` is what it got).
+    #[serde(default)]
+    pub reserved: f64,
+    /// Each thread.
+    #[serde(default)]
+    pub thread_rows: Vec<ThreadRow>,
+}
+
+/// A managed thread (one task), for `tasks`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRow {
+    pub tid: i32,
+    pub task: u32,
+    pub sched: String,
+    pub state: String,
+    pub kernel: String,
+    /// CPU used, ns, since it was adopted.
+    pub cpu_ns: u64,
+    /// Its share of one CPU over the last second (at most 1).
+    pub share: f64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    #[serde(default)]
+    pub budget_ns: Option<u64>,
+    /// The weight its scheduler has (its process's, divided; or its own).
+    pub weight: i64,
+    /// Its reservation, in CPUs (0: none).
+    pub reserved: f64,
+    /// Parameters set for this thread alone (`--tid`).
+    pub params: BTreeMap<String, i64>,
 }
 
 /// The broker's answer to one call.
@@ -186,7 +268,10 @@ pub struct Status {
     /// CPU used by the dispatcher thread alone, ns.
     pub dispatcher_cpu_ns: Ns,
     pub passes: u64,
+    /// Managed processes, and their threads (the tasks).
     pub managed: usize,
+    #[serde(default)]
+    pub managed_threads: usize,
     pub ledger_records: usize,
     pub kernel_errors: u64,
     /// Modules ejected since the agent started (the last 64), oldest first.
@@ -241,14 +326,11 @@ pub fn decode(line: &[u8]) -> Result<Call, String> {
     }
     let text = std::str::from_utf8(line).map_err(|e| format!("call is not UTF-8: {e}"))?;
     let call: Call = serde_json::from_str(text).map_err(|e| format!("malformed call: {e}"))?;
-    let pid = match &call {
-        Call::Join { pid, .. } | Call::Leave { pid } | Call::Release { pid } | Call::Param { pid, .. } | Call::Message { pid, .. } => {
-            Some(*pid)
-        }
-        _ => None,
-    };
-    if let Some(p) = pid.filter(|&p| p <= 0) {
+    if let Some(p) = call.pid().filter(|&p| p <= 0) {
         return Err(format!("pid {p} is not a process id"));
+    }
+    if let Some(t) = call.tid().filter(|&t| t <= 0) {
+        return Err(format!("tid {t} is not a thread id"));
     }
     Ok(call)
 }
@@ -266,10 +348,11 @@ mod tests {
 
     #[test]
     fn decodes_calls() {
-        assert_eq!(decode(br#"{"op":"leave","pid":5}"#), Ok(Call::Leave { pid: 5 }));
+        assert_eq!(decode(br#"{"op":"leave","pid":5}"#), Ok(Call::Leave { pid: 5, tid: None }));
+        assert_eq!(decode(br#"{"op":"leave","pid":5,"tid":6}"#), Ok(Call::Leave { pid: 5, tid: Some(6) }));
         assert_eq!(
             decode(br#"{"op":"message","pid":5,"request":{"kind":"set","delay_ns":1000000}}"#),
-            Ok(Call::Message { sched: None, pid: 5, request: Request::Set { delay: 1_000_000 } })
+            Ok(Call::Message { sched: None, pid: 5, tid: None, request: Request::Set { delay: 1_000_000 } })
         );
         assert_eq!(decode(br#"{"op":"tasks"}"#), Ok(Call::Tasks));
     }
@@ -307,6 +390,7 @@ mod tests {
     fn refuses_malformed_calls_with_reasons() {
         assert!(decode(b"{").unwrap_err().contains("malformed"));
         assert!(decode(br#"{"op":"leave","pid":-1}"#).unwrap_err().contains("-1"));
+        assert!(decode(br#"{"op":"join","pid":5,"tid":0}"#).unwrap_err().contains("tid 0"));
         assert!(decode(br#"{"op":"leave","pid":5,"x":1}"#).unwrap_err().contains("x"));
         assert!(decode(br#"{"op":"fly"}"#).unwrap_err().contains("fly"));
         assert!(decode(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
@@ -315,7 +399,7 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let c = Call::Join { pid: 7, sched: Some("timed".into()), params: [("weight".to_string(), 2)].into() };
+        let c = Call::Join { pid: 7, tid: Some(8), sched: Some("timed".into()), params: [("weight".to_string(), 2)].into() };
         let line = encode(&c);
         assert_eq!(decode(line.trim_end().as_bytes()), Ok(c));
         let a = Answer::Closing { reason: "idle for 5s: the connection is closed".into() };

@@ -41,6 +41,12 @@ impl SharedBuf {
         // SAFETY: in bounds.
         unsafe { (*self.base.add(i)).store(v, Ordering::Release) }
     }
+    /// Adds `v` to word `i`; returns what it held before.
+    pub fn add(&self, i: usize, v: u64) -> u64 {
+        assert!(i < self.len);
+        // SAFETY: in bounds.
+        unsafe { (*self.base.add(i)).fetch_add(v, Ordering::AcqRel) }
+    }
     pub fn len(&self) -> usize {
         self.len
     }
@@ -143,6 +149,89 @@ pub fn sleeper(until: u64) -> io::Result<Worker> {
             kernel::sleep_until(until);
         }
     })
+}
+
+/// What each thread of a [`threads`] worker does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadKind {
+    /// Spins until the deadline.
+    Spin,
+    /// Sleeps until the deadline (a thread that does nothing).
+    Sleep,
+}
+
+/// The layout of a [`threads`] worker's shared words.
+pub mod threads_layout {
+    /// out[UNTIL]: the deadline; out[KIND]: 0 spin, 1 sleep.
+    pub const UNTIL: usize = 0;
+    pub const KIND: usize = 1;
+    /// out[STARTED]: threads running (the main one included).
+    pub const STARTED: usize = 2;
+    /// out[TIDS + i]: the tid of thread i (0: the main thread).
+    pub const TIDS: usize = 3;
+}
+
+/// A process of `n` threads — its main thread and `n − 1` more — each doing `kind` until
+/// the absolute time `until`; out[TIDS..] lists their tids. Returns once every thread
+/// runs. (The threads are C threads started by `pthread_create` in the forked child, as
+/// crates/cli/tests/agent_threads.rs does.)
+pub fn threads(n: usize, kind: ThreadKind, until: u64) -> io::Result<Worker> {
+    use threads_layout::*;
+    let n = n.max(1);
+    let out = SharedBuf::new(TIDS + n)?;
+    out.set(UNTIL, until);
+    out.set(KIND, u64::from(kind == ThreadKind::Sleep));
+    extern "C" fn body(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: `arg` is the worker's SharedBuf, which outlives the child's threads
+        // (the child exits at the deadline, before its parent drops it).
+        let out = unsafe { &*(arg as *const SharedBuf) };
+        let i = out.add(STARTED, 1) as usize;
+        out.set(TIDS + i, kernel::gettid() as u64);
+        let until = out.get(UNTIL);
+        if out.get(KIND) == 1 {
+            while kernel::now_ns() < until {
+                kernel::sleep_until(until);
+            }
+        } else {
+            while kernel::now_ns() < until {}
+        }
+        std::ptr::null_mut()
+    }
+    let w = fork_worker(out, move |out| {
+        let arg = out as *const SharedBuf as *mut libc::c_void;
+        for _ in 1..n {
+            let mut t: libc::pthread_t = 0;
+            // SAFETY: a plain C thread on the shared words (see `body`).
+            unsafe {
+                if libc::pthread_create(&mut t, std::ptr::null(), body, arg) == 0 {
+                    libc::pthread_detach(t);
+                }
+            }
+        }
+        body(arg);
+        // The others end at the same deadline; _exit (fork_worker) ends them all.
+        while out.get(STARTED) < n as u64 && kernel::now_ns() < until {
+            kernel::sleep_until(kernel::now_ns() + 1_000_000);
+        }
+    })?;
+    let t0 = kernel::now_ns();
+    while w.out.get(STARTED) < n as u64 && kernel::now_ns() < t0 + 5_000_000_000 && kernel::now_ns() < until {
+        kernel::sleep_until(kernel::now_ns() + 1_000_000);
+    }
+    if w.out.get(STARTED) < n as u64 {
+        return Err(io::Error::other(format!("only {} of {n} threads started", w.out.get(STARTED))));
+    }
+    // The tids are written just after the count: wait for the last of them.
+    while (0..n).any(|i| w.out.get(TIDS + i) == 0) && kernel::now_ns() < t0 + 5_000_000_000 {
+        kernel::sleep_until(kernel::now_ns() + 100_000);
+    }
+    Ok(w)
+}
+
+/// The tids of a [`threads`] worker.
+pub fn thread_ids(w: &Worker) -> Vec<i32> {
+    use threads_layout::*;
+    (0..w.out.get(STARTED) as usize).map(|i| w.out.get(TIDS + i) as i32).filter(|&t| t > 0).collect()
 }
 
 /// The layout of a periodic worker's results.

@@ -105,15 +105,18 @@ fn request() -> impl Strategy<Value = Request> {
 
 /// A valid call about one of `pids`.
 fn call(pids: Vec<i32>) -> impl Strategy<Value = Call> {
-    let pid = prop::sample::select(pids);
+    let pid = prop::sample::select(pids.clone());
+    // A thread named too (issue 17: `--tid`): one of the same ids, another process's
+    // thread or the pid itself.
+    let tid = prop::option::of(prop::sample::select(pids));
     let sched = || prop::option::of(name());
     let path = prop::sample::select(vec!["/dev/zero", "/etc/passwd", "/proc/self/mem", "relative.wasm", "/tmp"]).prop_map(str::to_string);
     prop_oneof![
-        (pid.clone(), sched(), params()).prop_map(|(pid, sched, params)| Call::Join { pid, sched, params }),
-        pid.clone().prop_map(|pid| Call::Leave { pid }),
+        (pid.clone(), tid.clone(), sched(), params()).prop_map(|(pid, tid, sched, params)| Call::Join { pid, tid, sched, params }),
+        (pid.clone(), tid.clone()).prop_map(|(pid, tid)| Call::Leave { pid, tid }),
         pid.clone().prop_map(|pid| Call::Release { pid }),
-        (pid.clone(), name(), any::<i64>()).prop_map(|(pid, name, value)| Call::Param { pid, name, value }),
-        (pid, sched(), request()).prop_map(|(pid, sched, request)| Call::Message { sched, pid, request }),
+        (pid.clone(), tid.clone(), name(), any::<i64>()).prop_map(|(pid, tid, name, value)| Call::Param { pid, tid, name, value }),
+        (pid, tid, sched(), request()).prop_map(|(pid, tid, sched, request)| Call::Message { sched, pid, tid, request }),
         Just(Call::Hierarchy),
         Just(Call::Tasks),
         Just(Call::Status),
@@ -253,7 +256,7 @@ fn mutate(line: &str, m: &Mutation) -> Vec<u8> {
 /// The process a call is about, if any.
 fn target(c: &Call) -> Option<i32> {
     match c {
-        Call::Join { pid, .. } | Call::Leave { pid } | Call::Release { pid } | Call::Param { pid, .. } | Call::Message { pid, .. } => {
+        Call::Join { pid, .. } | Call::Leave { pid, .. } | Call::Release { pid } | Call::Param { pid, .. } | Call::Message { pid, .. } => {
             Some(*pid)
         }
         _ => None,
@@ -369,7 +372,7 @@ fn root_cannot_make_the_agent_manage_the_mechanism() {
     let root = Caller { pid: me, uid: 0 };
     for &pid in &pids {
         for params in [BTreeMap::new(), [("warp".to_string(), 20_000_000)].into()] {
-            let answer = handle(&sh, root, Call::Join { pid, sched: None, params });
+            let answer = handle(&sh, root, Call::Join { pid, tid: None, sched: None, params });
             // A thread listed above (another test's, a kernel worker) may have exited since.
             let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
             if gone && matches!(&answer, Answer::Refused { reason } if reason.contains("no process")) {

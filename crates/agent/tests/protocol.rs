@@ -79,9 +79,9 @@ proptest! {
     #[test]
     fn well_formed_calls_round_trip(pid in 1i32..i32::MAX, w in any::<i64>(), name in "[a-z_]{1,12}") {
         for call in [
-            Call::Param { pid, name: name.clone(), value: w },
-            Call::Leave { pid },
-            Call::Join { pid, sched: Some(name.clone()), params: [(name.clone(), w)].into() },
+            Call::Param { pid, tid: None, name: name.clone(), value: w },
+            Call::Leave { pid, tid: None },
+            Call::Join { pid, tid: None, sched: Some(name.clone()), params: [(name.clone(), w)].into() },
         ] {
             let line = encode(&call);
             prop_assert_eq!(decode(line.trim_end().as_bytes()), Ok(call));

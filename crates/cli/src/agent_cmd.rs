@@ -70,37 +70,86 @@ pub struct CtlArgs {
     cmd: CtlCmd,
 }
 
+/// A process, or one thread of it: `PID`, `--tid TID` (its process found from /proc) or
+/// both.
+#[derive(Args, Clone, Copy)]
+struct Target {
+    /// The process (optional with --tid).
+    #[arg(required_unless_present = "tid")]
+    pid: Option<i32>,
+    /// One thread of the process (a thread id, as `ps -L` lists it).
+    #[arg(long)]
+    tid: Option<i32>,
+}
+
+impl Target {
+    /// (pid, tid): the pid given, or the thread's process.
+    fn resolve(self) -> Result<(i32, Option<i32>)> {
+        match (self.pid, self.tid) {
+            (Some(p), t) => Ok((p, t)),
+            (None, Some(t)) => {
+                let p = vassal_agent::kernel::tgid(t).with_context(|| format!("--tid {t}: no such thread"))?;
+                Ok((p, Some(t)))
+            }
+            (None, None) => bail!("name a process (PID) or a thread (--tid TID)"),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum CtlCmd {
-    /// Manage an existing process and move it to a scheduler (JOIN).
+    /// Manage an existing process (every thread of it) and move it — or with --tid one
+    /// thread — to a scheduler (JOIN).
     Join {
-        pid: i32,
+        #[command(flatten)]
+        target: Target,
         #[arg(long)]
         sched: Option<String>,
-        /// Task parameters NAME=VALUE (integers or durations like 10ms).
+        /// Task parameters NAME=VALUE (integers or durations like 10ms): the process's
+        /// (each thread gets them, the weight divided), or with --tid that thread's.
         #[arg(long = "param", value_name = "NAME=VALUE")]
         params: Vec<String>,
     },
-    /// Return a process to the default scheduler (LEAVE).
-    Leave { pid: i32 },
-    /// Stop managing a process: its original scheduling comes back.
+    /// Return a process (or with --tid one thread) to the default scheduler (LEAVE).
+    Leave {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stop managing a process: its original scheduling comes back (every thread).
     Release { pid: i32 },
-    /// Set a task parameter, e.g. `ctl set 1234 weight 2` or `ctl set 1234 warp 10ms`.
-    Set { pid: i32, name: String, value: String },
+    /// Set a task parameter, e.g. `ctl set 1234 weight 2` or `ctl set 1234 warp 10ms`
+    /// (`--tid TID`: that thread's own).
+    Set {
+        pid: i32,
+        name: String,
+        value: String,
+        #[arg(long)]
+        tid: Option<i32>,
+    },
     /// Turn BVT warp on or off.
-    Warp { pid: i32, on: OnOff },
-    /// Reserve UTIL/PERIOD (e.g. 0.25/16ms) for a process.
+    Warp {
+        pid: i32,
+        on: OnOff,
+        #[arg(long)]
+        tid: Option<i32>,
+    },
+    /// Reserve UTIL/PERIOD (e.g. 0.25/16ms) for a process (divided among its threads) or
+    /// with --tid for one thread.
     Reserve {
         pid: i32,
         spec: String,
         #[arg(long)]
         sched: Option<String>,
+        #[arg(long)]
+        tid: Option<i32>,
     },
     /// Free a process's reservation.
     Free {
         pid: i32,
         #[arg(long)]
         sched: Option<String>,
+        #[arg(long)]
+        tid: Option<i32>,
     },
     /// Replace a process's reservation.
     Modify {
@@ -108,6 +157,8 @@ enum CtlCmd {
         spec: String,
         #[arg(long)]
         sched: Option<String>,
+        #[arg(long)]
+        tid: Option<i32>,
     },
     /// How much reservable CPU is left (asked about a managed process, to its scheduler).
     Avail {
@@ -116,10 +167,17 @@ enum CtlCmd {
         sched: Option<String>,
     },
     /// MessageToScheduler: a request in JSON, e.g. '{"kind":"set","delay_ns":1000000}'.
-    Msg { sched: String, pid: i32, request: String },
+    Msg {
+        sched: String,
+        pid: i32,
+        request: String,
+        #[arg(long)]
+        tid: Option<i32>,
+    },
     /// The hierarchy, top-down.
     Hierarchy,
-    /// The managed processes, with share, dispatch latency and kernel state.
+    /// The managed processes and their threads, with share, dispatch latency and kernel
+    /// state.
     Tasks,
     /// The agent's own figures (CPU used, passes).
     Status,
@@ -127,7 +185,8 @@ enum CtlCmd {
     Register {
         name: String,
         kind: String,
-        /// reserved:CPUS (e.g. reserved:0.5) or hard:UTIL@CPU,CPU (e.g. hard:0.2@0,1).
+        /// reserved:CPUS (e.g. reserved:0.5), hard:UTIL@CPU,CPU (e.g. hard:0.2@0,1) or
+        /// best-effort (no guarantee: its tasks never run real-time).
         #[arg(long)]
         usage: String,
         #[arg(long = "param", value_name = "NAME=VALUE")]
@@ -218,6 +277,9 @@ fn parse_reserve(s: &str) -> Result<(f64, u64)> {
 }
 
 fn parse_usage(s: &str) -> Result<UsageSpec> {
+    if s == "best-effort" || s == "best_effort" {
+        return Ok(UsageSpec::BestEffort);
+    }
     if let Some(c) = s.strip_prefix("reserved:") {
         return Ok(UsageSpec::Reserved { cpus: c.parse().with_context(|| format!("--usage {s}"))? });
     }
@@ -227,7 +289,7 @@ fn parse_usage(s: &str) -> Result<UsageSpec> {
             cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
         return Ok(UsageSpec::HardTime { util: u.parse().with_context(|| format!("--usage {s}"))?, cpus });
     }
-    bail!("--usage {s}: expected reserved:CPUS or hard:UTIL@CPU,CPU")
+    bail!("--usage {s}: expected reserved:CPUS, hard:UTIL@CPU,CPU or best-effort")
 }
 
 fn connect(sock: &str) -> Result<Client> {
@@ -290,26 +352,32 @@ fn tell_notes(mut client: Client, pid: i32, stop: &std::sync::atomic::AtomicBool
 
 pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
     let sock = socket(&a.socket);
-    let msg = |sched: Option<String>, pid: i32, request: Request| Call::Message { sched, pid, request };
+    let msg = |sched: Option<String>, pid: i32, tid: Option<i32>, request: Request| Call::Message { sched, pid, tid, request };
     let call = match a.cmd {
-        CtlCmd::Join { pid, sched, params } => Call::Join { pid, sched, params: parse_params(&params)? },
-        CtlCmd::Leave { pid } => Call::Leave { pid },
+        CtlCmd::Join { target, sched, params } => {
+            let (pid, tid) = target.resolve()?;
+            Call::Join { pid, tid, sched, params: parse_params(&params)? }
+        }
+        CtlCmd::Leave { target } => {
+            let (pid, tid) = target.resolve()?;
+            Call::Leave { pid, tid }
+        }
         CtlCmd::Release { pid } => Call::Release { pid },
-        CtlCmd::Set { pid, name, value } => Call::Param { pid, name, value: int_or_duration(&value)? },
-        CtlCmd::Warp { pid, on } => msg(None, pid, Request::Warp { on: matches!(on, OnOff::On) }),
-        CtlCmd::Reserve { pid, spec, sched } => {
+        CtlCmd::Set { pid, name, value, tid } => Call::Param { pid, tid, name, value: int_or_duration(&value)? },
+        CtlCmd::Warp { pid, on, tid } => msg(None, pid, tid, Request::Warp { on: matches!(on, OnOff::On) }),
+        CtlCmd::Reserve { pid, spec, sched, tid } => {
             let (util, period) = parse_reserve(&spec)?;
-            msg(sched, pid, Request::Reserve { util, period })
+            msg(sched, pid, tid, Request::Reserve { util, period })
         }
-        CtlCmd::Free { pid, sched } => msg(sched, pid, Request::Free),
-        CtlCmd::Modify { pid, spec, sched } => {
+        CtlCmd::Free { pid, sched, tid } => msg(sched, pid, tid, Request::Free),
+        CtlCmd::Modify { pid, spec, sched, tid } => {
             let (util, period) = parse_reserve(&spec)?;
-            msg(sched, pid, Request::Modify { util, period })
+            msg(sched, pid, tid, Request::Modify { util, period })
         }
-        CtlCmd::Avail { pid, sched } => msg(sched, pid, Request::Avail),
-        CtlCmd::Msg { sched, pid, request } => {
+        CtlCmd::Avail { pid, sched } => msg(sched, pid, None, Request::Avail),
+        CtlCmd::Msg { sched, pid, request, tid } => {
             let request: Request = serde_json::from_str(&request).with_context(|| format!("request '{request}'"))?;
-            msg(Some(sched), pid, request)
+            msg(Some(sched), pid, tid, request)
         }
         CtlCmd::Hierarchy => Call::Hierarchy,
         CtlCmd::Tasks => Call::Tasks,
@@ -378,16 +446,27 @@ fn print_answer(a: &Answer) {
         Answer::Joined { task, sched } => println!("joined {sched} as task{task}"),
         Answer::Hierarchy { schedulers } => {
             // A loaded module is marked "module" and named by its file after its usage.
-            println!("{:<16} {:<14} {:<8} {:>6} {:>10} {:>8}  usage", "name", "kind", "loaded", "tasks", "decided", "refused");
+            // share: the CPU its decisions gave its tasks over the last second (in CPUs);
+            // granted: what it declared (paper 000 §8), "-" for best effort.
+            println!(
+                "{:<16} {:<14} {:<8} {:>6} {:>10} {:>8} {:>7} {:>8}  usage",
+                "name", "kind", "loaded", "tasks", "decided", "refused", "share", "granted"
+            );
             for s in schedulers {
                 let (from, file) = match &s.module {
                     Some(f) => ("module", format!("  [{f}]")),
                     None => ("built-in", String::new()),
                 };
-                println!("{:<16} {:<14} {:<8} {:>6} {:>10} {:>8}  {}{file}", s.name, s.kind, from, s.tasks, s.decided, s.refused, s.usage);
+                let granted = s.granted.map_or("-".to_string(), |g| format!("{g:.3}"));
+                println!(
+                    "{:<16} {:<14} {:<8} {:>6} {:>10} {:>8} {:>7.3} {:>8}  {}{file}",
+                    s.name, s.kind, from, s.tasks, s.decided, s.refused, s.share, granted, s.usage
+                );
             }
         }
         Answer::Tasks { tasks } => {
+            // A process's line adds up its threads (share: of one CPU, so up to 100% per
+            // CPU); a multithreaded process's threads follow it, each share of one CPU.
             println!(
                 "{:>7} {:>6} {:<10} {:<16} {:<18} {:>7} {:>9} {:>9} {:>10} {:>9}",
                 "pid", "uid", "sched", "state", "kernel", "share", "lat p50", "lat p99", "cpu", "budget"
@@ -409,6 +488,32 @@ fn print_answer(a: &Answer) {
                     t.cpu_ns as f64 / 1e6,
                     budget
                 );
+                if t.reserved > 0.0 {
+                    println!(
+                        "{:>7}   reserved {:.1}% of one CPU, got {:.1}% over the last second",
+                        "",
+                        t.reserved * 100.0,
+                        t.share * 100.0
+                    );
+                }
+                if t.thread_rows.len() > 1 {
+                    for th in &t.thread_rows {
+                        let budget = th.budget_ns.map_or("-".to_string(), |b| format!("{:.1}ms", b as f64 / 1e6));
+                        println!(
+                            "{:>7} {:>6} {:<10} {:<16} {:<18} {:>6.1}% {:>7.0}us {:>7.0}us {:>8.1}ms {:>9}",
+                            format!("/{}", th.tid),
+                            "",
+                            th.sched,
+                            th.state,
+                            th.kernel,
+                            th.share * 100.0,
+                            th.latency_p50_us,
+                            th.latency_p99_us,
+                            th.cpu_ns as f64 / 1e6,
+                            budget
+                        );
+                    }
+                }
                 // What its schedulers said about it (e.g. a reservation removed).
                 for n in &t.notes {
                     println!("{:>7}   note: {n}", "");
@@ -419,11 +524,12 @@ fn print_answer(a: &Answer) {
             let up = s.uptime_ns.max(1) as f64;
             println!("uptime {:.1}s, {} CPUs, tick {}, events from {}", up / 1e9, s.ncpus, vassal_core::fmt_duration(s.tick_ns), s.events);
             println!(
-                "agent CPU {:.3}% of one CPU (dispatcher {:.3}%), {} passes, {} managed, {} ledger records, {} kernel errors",
+                "agent CPU {:.3}% of one CPU (dispatcher {:.3}%), {} passes, {} processes ({} threads) managed, {} ledger records, {} kernel errors",
                 s.agent_cpu_ns as f64 / up * 100.0,
                 s.dispatcher_cpu_ns as f64 / up * 100.0,
                 s.passes,
                 s.managed,
+                s.managed_threads,
                 s.ledger_records,
                 s.kernel_errors
             );

@@ -343,6 +343,11 @@ fn a_reservation_is_enforced() {
     assert!(matches!(r, Ok(Answer::Ok)), "modify: {r:?}");
     std::thread::sleep(Duration::from_millis(100));
     let modified_share = share(2);
+    // `ctl tasks` shows it granted 0.5 and its measured share beside it (issue 17).
+    let row = c.tasks().unwrap().into_iter().find(|t| t.pid == reserved.pid).expect("listed");
+    eprintln!("ctl tasks: reserved {:.3}, share {:.3}", row.reserved, row.share);
+    assert!((row.reserved - 0.5).abs() < 1e-6, "{row:?}");
+    assert!((row.share - 0.5).abs() <= 0.05, "{row:?}");
     // Outside its slots it is held: stopped (it is CPU-bound, so always runnable).
     let held = wait_for(Duration::from_secs(1), || stopped(reserved.pid)).is_some();
     drop(agent);

@@ -16,8 +16,15 @@
 //!    starved; BVT §2.5 and paper 002's 1 − r for time-sharing make the same point).
 //! 4. Order: the hierarchy is queried top-down, so a scheduler can only be guaranteed what
 //!    the ones above it leave. Hard-time schedulers must sit above reserved-share ones,
-//!    and those above best-effort ones; a best-effort scheduler (which may take every
-//!    CPU) is only allowed at the bottom, as the default.
+//!    and those above best-effort ones.
+//!
+//! A loaded best-effort scheduler (issue 17: "a loaded scheduler declares its class")
+//! demands no guaranteed share, so rules 2 and 3 are unchanged by it; by rule 4 it sits
+//! below every hard-time and reserved one, and above the default it takes precedence
+//! over the default's tasks, as any loaded scheduler does (§8: "the loaded scheduler
+//! always takes precedence over the built-in scheduler"). A mechanism enforces the class:
+//! the Linux agent never gives a best-effort scheduler's tasks real-time priority, so its
+//! tasks share the CPU with everything else in the kernel's fair class (docs/agent.md).
 
 use crate::ids::CpuSet;
 
@@ -31,7 +38,8 @@ pub enum Usage {
     HardTime { cpus: CpuSet, util_ppm: u64 },
     /// Needs a share of the machine, `cpu_ppm` millionths of one CPU in all, whenever it occurs.
     Reserved { cpu_ppm: u64 },
-    /// Takes whatever is left. Only the default (bottom) scheduler may be best effort.
+    /// Takes whatever is left, with no guarantee: the default (bottom) scheduler, or a
+    /// loaded one below every hard-time and reserved scheduler.
     BestEffort,
 }
 
@@ -82,12 +90,8 @@ impl HierarchyConfig {
 pub fn check_conflict(existing: &[(&str, Usage)], new: Usage, at: usize, ncpus: u16, cfg: &HierarchyConfig) -> Result<(), String> {
     let all = CpuSet::first(ncpus);
     match new {
-        Usage::BestEffort => {
-            return Err("a best-effort scheduler may take every CPU and would leave the \
-                        default scheduler's tasks no guaranteed share; declare a reserved \
-                        share or hard time instead"
-                .into())
-        }
+        // No demand: only the order below applies.
+        Usage::BestEffort => {}
         Usage::HardTime { cpus, util_ppm } => {
             if cpus.is_empty() || !all.0 & cpus.0 != 0 {
                 return Err(format!(
@@ -184,8 +188,21 @@ mod tests {
         assert!(check_conflict(&[], res(190), 0, 2, &CFG).is_ok());
         let e = check_conflict(&[], res(195), 0, 2, &CFG).unwrap_err();
         assert!(e.contains("best-effort"), "{e}");
-        let e = check_conflict(&[], Usage::BestEffort, 0, 2, &CFG).unwrap_err();
-        assert!(e.contains("best-effort"), "{e}");
+        // A best-effort scheduler demands nothing: it never breaks that minimum.
+        assert!(check_conflict(&[("a", res(190))], Usage::BestEffort, 1, 2, &CFG).is_ok());
+    }
+
+    #[test]
+    fn a_best_effort_scheduler_sits_below_hard_and_reserved_ones() {
+        let existing = [("rt", hard(&[0], 20)), ("share", res(50))];
+        assert!(check_conflict(&existing, Usage::BestEffort, 2, 2, &CFG).is_ok());
+        let e = check_conflict(&existing, Usage::BestEffort, 1, 2, &CFG).unwrap_err();
+        assert!(e.contains("'share'"), "{e}");
+        let e = check_conflict(&existing, Usage::BestEffort, 0, 2, &CFG).unwrap_err();
+        assert!(e.contains("'rt'"), "{e}");
+        // And nothing with a guarantee goes below it.
+        let e = check_conflict(&[("be", Usage::BestEffort)], res(10), 1, 2, &CFG).unwrap_err();
+        assert!(e.contains("'be'"), "{e}");
     }
 
     #[test]

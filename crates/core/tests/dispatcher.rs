@@ -526,13 +526,16 @@ fn best_effort_must_keep_its_minimum() {
 }
 
 #[test]
-fn a_best_effort_loaded_scheduler_is_refused() {
+fn a_best_effort_loaded_scheduler_sits_below_the_reserved_ones() {
+    // Issue 17: a loaded scheduler may declare best effort (no guarantee); it must sit
+    // below every scheduler with one.
     let (mut d, _, log) = dispatcher(4);
-    conflict(try_reg(&mut d, &log, "be", Usage::BestEffort, Position::Top), "be", "best-effort");
-    conflict(try_reg(&mut d, &log, "be", Usage::BestEffort, Position::Above(SchedId(0))), "be", "best-effort");
-    assert_eq!(names(&d), ["def"]);
-    assert_eq!(d.schedulers()[0].usage, Usage::BestEffort);
-    assert_eq!(d.schedulers()[0].kind, "test-fifo");
+    try_reg(&mut d, &log, "res", reserved(50), Position::Top).unwrap();
+    conflict(try_reg(&mut d, &log, "be", Usage::BestEffort, Position::Top), "be", "'res'");
+    try_reg(&mut d, &log, "be", Usage::BestEffort, Position::Above(SchedId(0))).unwrap();
+    assert_eq!(names(&d), ["res", "be", "def"]);
+    assert_eq!(d.schedulers()[2].usage, Usage::BestEffort);
+    assert_eq!(d.schedulers()[2].kind, "test-fifo");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The dispatcher's decisions turned into kernel state, under real-time grants.
 //!
-//! **Kernel state of a managed process** (recomputed after every change, applied only
-//! where it differs from what was applied last):
+//! **Kernel state of a managed thread** (recomputed after every change that may alter it,
+//! applied only where it differs from what was applied last):
 //! - *selected* (the dispatcher runs it on CPU c): bound to c; SCHED_FIFO `run_priority`
 //!   under a real-time grant with budget left (below), else SCHED_OTHER (so unmanaged
 //!   time-sharing work keeps its share: paper 002's 1 − r; `best_effort_run = "fifo"`
@@ -35,12 +35,20 @@
 //! loaded scheduler's declared usage (paper 000 §8), or the default scheduler's warp (BVT
 //! §2.2: one episode, wake to block, of at most the warp time limit); a blocked one under
 //! the grant it would wake into. A non-root task's grants also draw on its uid's budget.
-//! CPU used while real-time is charged at the next read of the process's CPU clock; a
-//! timer on that clock fires when the budget left is used up, so a grant ends within one
+//! CPU used while real-time is charged at the next read of the thread's CPU time; a
+//! timer on its process's CPU clock fires when the budget left is used up (at the
+//! process's CPU time now plus the least budget left of its real-time threads: the
+//! process clock counts all of them, so it fires no later than any one runs out), so a
+//! grant ends within one kernel tick (4 ms at HZ = 250) of its end.
+//!
+//! **Held, per process.** A stop (SIGSTOP) stops every thread of a process: a thread is
+//! held only while no other thread of its process is selected or armed; otherwise it is
+//! parked (SCHED_IDLE: a soft cap, up to a kernel tick per parking) until the process can
+//! be stopped.
 
 use vassal_core::{Ns, TaskId, TaskState};
 
-use super::{Agent, KState, Managed, RtBy, Source};
+use super::{Agent, KState, Managed, RtBy, RunClass, Source};
 use crate::budget::Bucket;
 use crate::config::BestEffortRun;
 use crate::kernel::{self, RESET_ON_FORK};
@@ -50,8 +58,8 @@ impl Agent {
     /// `warp_limit`, and for a non-root owner never more than `max_warp_limit` (0, no
     /// limit, is root's only). `Ns::MAX`: none.
     fn warp_limit_of(&self, m: &Managed) -> Ns {
-        let own = m.params.get("warp_limit").copied().filter(|&l| l > 0).map(|l| l as Ns);
-        match (m.uid, own) {
+        let own = self.param(m.pid, Some(m.tid), "warp_limit").filter(|&l| l > 0).map(|l| l as Ns);
+        match (self.groups.get(&m.pid).map_or(0, |g| g.uid), own) {
             (0, l) => l.unwrap_or(Ns::MAX),
             (_, l) => l.unwrap_or(Ns::MAX).min(self.cfg.max_warp_limit),
         }
@@ -73,12 +81,13 @@ impl Agent {
         let Some(m) = self.tasks.get(&id) else {
             return (None, 0);
         };
-        let warped = m.params.get("warp").is_some_and(|&w| w > 0);
+        let warped = self.param(m.pid, Some(m.tid), "warp").is_some_and(|w| w > 0);
+        let uid = self.groups.get(&m.pid).map_or(0, |g| g.uid);
         let by = match self.drv.disp.state(task) {
             TaskState::Running(_) => match self.drv.disp.ran_by(task) {
                 Some(s) if s != default => RtBy::Sched(s),
                 _ if warped => RtBy::Warp,
-                _ if self.cfg.best_effort_run == BestEffortRun::Fifo && m.uid == 0 => RtBy::BestEffort,
+                _ if self.cfg.best_effort_run == BestEffortRun::Fifo && uid == 0 => RtBy::BestEffort,
                 _ => return (None, 0),
             },
             TaskState::Blocked => match self.drv.disp.owner(task) {
@@ -91,7 +100,7 @@ impl Agent {
         // A real-time run starts only with one tick of budget (or all a shallow budget
         // holds), and goes on while any is left.
         let need = if m.rt.is_some() { 1 } else { self.cfg.tick };
-        let (uid, window, episode_rt) = (m.uid, self.cfg.rt_window, m.episode_rt);
+        let (window, episode_rt) = (self.cfg.rt_window, m.episode_rt);
         let mut left = Ns::MAX;
         let mut ok = true;
         let mut refill: Option<Ns> = None;
@@ -110,6 +119,10 @@ impl Agent {
         };
         if let RtBy::Sched(s) = by {
             let rate = self.drv.disp.usage(s).map_or(0, |u| u.demand_ppm());
+            if rate == 0 {
+                // A best-effort scheduler: never real-time (issue 17), nothing to refill.
+                return (None, 0);
+            }
             take(self.sched_budgets.entry(s.0).or_insert_with(|| Bucket::new(rate, window, now)));
         }
         if uid != 0 {
@@ -163,129 +176,327 @@ impl Agent {
         }
     }
 
-    /// Applies the dispatcher's decisions as kernel state (see the module documentation).
+    /// Applies the dispatcher's decisions as kernel state (see the module documentation)
+    /// to the tasks whose state may have changed: those marked since the last call, those
+    /// whose state depends on time (`Agent::watch`) and those not applied yet — or all of
+    /// them after a change of the hierarchy. Then the declared shares (`enforce_shares`):
+    /// if that takes tasks off the CPUs or gives them back, the driver decides again and
+    /// the new decisions are applied too.
     pub(super) fn enforce(&mut self, now: Ns) {
-        let run_prio = self.cfg.run_priority;
-        let ids: Vec<u32> = self.tasks.keys().copied().collect();
-        let mut quiet = true;
-        self.throttled_until = None;
-        for id in ids {
-            let task = TaskId(id);
-            // Real time only under a grant with budget left (crate::budget): a selected
-            // task without one runs best effort, or — exclusive to a loaded scheduler
-            // whose declared share is spent — is held like a reservation outside its slots.
-            let (rt, left) = self.rt_grant(now, id);
-            let m = &self.tasks[&id];
-            let want = match self.drv.disp.state(task) {
-                TaskState::Running(_) if rt.is_none() && self.hard_capped(task) => KState::Held,
-                TaskState::Running(c) => KState::Run { cpu: c.0, fifo: rt.is_some() },
-                TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
-                TaskState::Runnable if self.hard_capped(task) => KState::Held,
-                _ => KState::Parked,
-            };
-            let m = self.tasks.get_mut(&id).expect("listed");
-            m.want = want;
-            m.rt = rt;
-            if rt.is_some() {
-                m.rt_since_read = rt;
+        for _ in 0..3 {
+            self.enforce_tasks(now);
+            if !self.enforce_shares(now) {
+                break;
             }
-            quiet &= matches!(want, KState::Parked | KState::Held);
-            if let KState::Run { cpu, .. } = want {
-                m.last_cpu = Some(cpu);
-            }
-            for t in &mut m.threads {
-                // A held thread is first parked; the stop below makes it held.
-                let goal = if want == KState::Held { KState::Parked } else { want };
-                if t.applied == want || t.applied == goal {
-                    continue;
-                }
-                // Bound first, to the one CPU of a selected or armed thread; a thread
-                // already bound there (it was selected, armed or parked there) only changes
-                // policy: an affinity call is saved at every wake, block and parking.
-                let cpu = match goal {
-                    KState::Run { cpu, .. } | KState::Armed { cpu } => Some(cpu),
-                    _ => None,
-                };
-                let mut r = Ok(());
-                if let Some(cpu) = cpu.filter(|&c| t.bound != Some(c)) {
-                    r = kernel::set_affinity(t.tid, &kernel::one_cpu(cpu));
-                    if r.is_ok() {
-                        t.bound = Some(cpu);
-                    }
-                }
-                let r = r.and_then(|_| match goal {
-                    KState::Run { fifo: true, .. } => kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio),
-                    KState::Run { fifo: false, .. } => kernel::set_policy(t.tid, libc::SCHED_OTHER | RESET_ON_FORK, 0),
-                    KState::Armed { .. } => kernel::set_policy(t.tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
-                    KState::Parked => kernel::set_policy(t.tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
-                    KState::Untouched | KState::Held => Ok(()),
-                });
-                match r {
-                    // Leaving held: the thread is parked now (the SIGCONT below releases it).
-                    Ok(()) => t.applied = goal,
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                    Err(_) => self.kernel_errors += 1,
-                }
-            }
-            // Held: parked first (the kernel switches a running task out at once, ~30 µs),
-            // then stopped (the stop takes effect when it next gets a CPU, so at once).
-            if want == KState::Held && !self.tasks[&id].stopped {
-                self.hold(id);
-            }
-            self.release_or_mark(id);
-            let quiet_wakes = matches!(want, KState::Armed { .. }) && !self.hard_capped(task);
-            self.set_quiet(id, quiet_wakes, if rt.is_some() { left } else { Ns::MAX });
-            let m = &self.tasks[&id];
-            quiet &= m.threads.iter().all(|t| t.applied == want);
+            vassal_core::driver::settle(self, now);
+            self.take_notes();
         }
-        self.quiet = quiet;
     }
 
-    /// Makes an armed process's wakes quiet, or not (pass.rs, "Quiet
-    /// wakes"), and sets its CPU-clock timer: one tick of CPU past what it has used when
-    /// quiet, and at most `left` past it (the real-time budget it may still use,
-    /// crate::budget; `Ns::MAX`: none); disarmed when neither applies. Each of its
-    /// threads armed in the kernel is marked in the BPF map when quiet. A process without
-    /// a timer, or with a thread the map does not watch, is never quiet.
-    fn set_quiet(&mut self, id: u32, want: bool, left: Ns) {
-        let tick = self.cfg.tick;
-        let mut src = match &mut self.source {
-            Source::Bpf(src) => Some(src),
-            Source::Poll => None,
+    fn enforce_tasks(&mut self, now: Ns) {
+        let mut ids: Vec<u32> = if std::mem::take(&mut self.all_dirty) {
+            self.tasks.keys().copied().collect()
+        } else {
+            self.dirty.iter().chain(&self.watch).chain(&self.unsettled).copied().collect()
         };
-        let Some(m) = self.tasks.get_mut(&id) else {
+        self.dirty.clear();
+        ids.sort_unstable();
+        ids.dedup();
+        self.throttled_until = None;
+        let mut pids = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(pid) = self.enforce_task(now, id) {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            self.enforce_group(pid);
+        }
+        // No thread selected, armed or waiting for its state (polling backs off).
+        let selected = (0..self.ncpus).any(|c| self.drv.disp.running(vassal_core::CpuId(c)).is_some_and(|t| self.tasks.contains_key(&t.0)));
+        let armed = self.watch.iter().any(|id| self.tasks.get(id).is_some_and(|m| matches!(m.want, KState::Armed { .. })));
+        self.quiet = !selected && !armed && self.unsettled.is_empty();
+    }
+
+    /// **Shares** (issue 17): a hard-time or reserved scheduler's tasks together get at
+    /// most the share it declared (paper 000 §8), measured, not only checked when it was
+    /// registered. Its budget (crate::budget) is charged with what its tasks used while
+    /// real-time; once it is spent every task the scheduler owns is taken off every CPU
+    /// (`Dispatcher::set_loaded(false)`: the scheduler's picks of them are refused, and
+    /// the CPU goes to the schedulers below — nobody runs them, not even the default as
+    /// guests), and given back when the budget holds a tenth of its window again (below).
+    /// Returns whether any
+    /// task was taken off or given back.
+    fn enforce_shares(&mut self, now: Ns) -> bool {
+        // Given back once the budget holds a tenth of its window (20 ms of CPU at the
+        // default `rt_window`, or all it holds if less): the tasks then run in bursts of
+        // that much rather than of one tick, which would cost a hold and a continue per
+        // tick (three passes and two signals each).
+        let tick = self.cfg.tick.max(self.cfg.rt_window / 10);
+        let default = self.drv.disp.default_sched();
+        let mut changed = false;
+        // Given back: the budget refilled, or the task no longer has a budgeted owner.
+        let back: Vec<u32> = self
+            .unloaded
+            .iter()
+            .filter(|&(&id, &until)| {
+                let owner = self.drv.disp.owner(TaskId(id));
+                let budgeted = owner.filter(|&o| o != default).and_then(|o| self.drv.disp.usage(o)).is_some_and(|u| u.demand_ppm() > 0);
+                until <= now || !budgeted
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in back {
+            let owner = self.drv.disp.owner(TaskId(id)).filter(|&o| o != default);
+            if let Some(until) =
+                owner.and_then(|o| self.sched_budgets.get_mut(&o.0)).and_then(|b| b.ready_at(now, tick)).filter(|&t| t > now)
+            {
+                // Not yet: the budget was charged again meanwhile.
+                self.unloaded.insert(id, until);
+                continue;
+            }
+            self.unloaded.remove(&id);
+            self.drv.disp.set_loaded(now, TaskId(id), true);
+            self.touch(id);
+            changed = true;
+        }
+        // Taken off: the tasks of each scheduler whose budget is spent.
+        let spent: Vec<(u32, Ns)> = self
+            .sched_budgets
+            .iter_mut()
+            .filter_map(|(&s, b)| (b.left(now) == 0).then(|| (s, b.ready_at(now, tick).unwrap_or(Ns::MAX))))
+            .collect();
+        for (s, until) in spent {
+            let owned: Vec<u32> = self
+                .watch
+                .iter()
+                .copied()
+                .filter(|&id| self.drv.disp.owner(TaskId(id)).is_some_and(|o| o.0 == s) && !self.unloaded.contains_key(&id))
+                .collect();
+            for id in owned {
+                self.drv.disp.set_loaded(now, TaskId(id), false);
+                self.unloaded.insert(id, until);
+                self.touch(id);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// How a best-effort selection of `id` runs: SCHED_OTHER at its own nice; selected
+    /// by a loaded best-effort scheduler, a root-owned task at `loaded_best_effort_nice`
+    /// (so the scheduler's choice holds against unmanaged time-sharing work; another
+    /// user's task keeps its own nice: a stronger one would be a privilege).
+    fn best_effort_nice(&self, id: u32) -> i8 {
+        let Some(m) = self.tasks.get(&id) else {
+            return 0;
+        };
+        let root = self.groups.get(&m.pid).is_some_and(|g| g.uid == 0);
+        if root && self.decided_by_best_effort(TaskId(id)) {
+            self.cfg.loaded_best_effort_nice as i8
+        } else {
+            m.nice0
+        }
+    }
+
+    /// Whether `task` runs by the decision of a loaded best-effort scheduler.
+    fn decided_by_best_effort(&self, task: TaskId) -> bool {
+        let default = self.drv.disp.default_sched();
+        matches!(self.drv.disp.state(task), TaskState::Running(_))
+            && self.drv.disp.ran_by(task).is_some_and(|s| s != default && self.drv.disp.usage(s) == Some(vassal_core::Usage::BestEffort))
+    }
+
+    /// One task's kernel state: what it should be, applied to its thread. Returns its
+    /// process (whose stop and CPU-clock timer `enforce_group` then settles).
+    fn enforce_task(&mut self, now: Ns, id: u32) -> Option<i32> {
+        let task = TaskId(id);
+        if !self.tasks.contains_key(&id) {
+            return None;
+        }
+        let run_prio = self.cfg.run_priority;
+        // Real time only under a grant with budget left (crate::budget): a selected task
+        // without one runs best effort, or — exclusive to a loaded scheduler whose
+        // declared share is spent — is held like a reservation outside its slots.
+        let throttled = self.throttled_until;
+        self.throttled_until = None;
+        let (rt, left) = self.rt_grant(now, id);
+        let held_back = self.throttled_until.is_some();
+        self.throttled_until = match (throttled, self.throttled_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        // Held, not parked, when it must not run at all: exclusive to a loaded scheduler,
+        // or taken off the CPUs because its scheduler's share is spent (SCHED_IDLE alone
+        // would give it up to a kernel tick per parking).
+        let capped = self.hard_capped(task) || self.unloaded.contains_key(&id);
+        let nice = self.best_effort_nice(id);
+        // A best-effort scheduler's selection is never held: it has no share to spend.
+        let be = self.decided_by_best_effort(task);
+        let owned = self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched());
+        let m = self.tasks.get_mut(&id).expect("checked");
+        let want = match self.drv.disp.state(task) {
+            TaskState::Running(_) if rt.is_none() && capped && !be => KState::Held,
+            TaskState::Running(c) => KState::Run { cpu: c.0, class: if rt.is_some() { RunClass::Fifo } else { RunClass::Other(nice) } },
+            TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
+            TaskState::Runnable if capped => KState::Held,
+            _ => KState::Parked,
+        };
+        m.want = want;
+        m.rt = rt;
+        m.rt_left = if rt.is_some() { left } else { Ns::MAX };
+        if rt.is_some() {
+            m.rt_since_read = rt;
+        }
+        if let KState::Run { cpu, .. } = want {
+            m.last_cpu = Some(cpu);
+        }
+        // A held thread is first parked; its process's stop makes it held.
+        let goal = if want == KState::Held { KState::Parked } else { want };
+        if m.applied != want && m.applied != goal {
+            // Bound first, to the one CPU of a selected or armed thread; a thread already
+            // bound there (it was selected, armed or parked there) only changes policy:
+            // an affinity call is saved at every wake, block and parking.
+            let cpu = match goal {
+                KState::Run { cpu, .. } | KState::Armed { cpu } => Some(cpu),
+                _ => None,
+            };
+            let mut r = Ok(());
+            if let Some(cpu) = cpu.filter(|&c| m.bound != Some(c)) {
+                r = kernel::set_affinity(m.tid, &kernel::one_cpu(cpu));
+                if r.is_ok() {
+                    m.bound = Some(cpu);
+                }
+            }
+            let tid = m.tid;
+            let r = r.and_then(|_| match goal {
+                KState::Run { class: RunClass::Fifo, .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio),
+                KState::Run { class: RunClass::Other(n), .. } => {
+                    kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| kernel::set_nice(tid, n as i32))
+                }
+                KState::Armed { .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
+                KState::Parked => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
+                KState::Untouched | KState::Held => Ok(()),
+            });
+            match r {
+                // Leaving held: the thread is parked now (its process's SIGCONT releases it).
+                Ok(()) => m.applied = goal,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(_) => self.kernel_errors += 1,
+            }
+        }
+        let m = &self.tasks[&id];
+        let (pid, settled) = (m.pid, m.applied == want || m.applied == goal);
+        if settled {
+            self.unsettled.remove(&id);
+        } else {
+            self.unsettled.insert(id);
+        }
+        // Visited at every `enforce` while its state depends on time.
+        if rt.is_some() || matches!(want, KState::Armed { .. } | KState::Held) || held_back || owned || self.unloaded.contains_key(&id) {
+            self.watch.insert(id);
+        } else {
+            self.watch.remove(&id);
+        }
+        Some(pid)
+    }
+
+    /// A process's own state: its stop (a held thread, when none of its threads is
+    /// selected or armed) or continuation, and its CPU-clock timer and quiet wakes.
+    fn enforce_group(&mut self, pid: i32) {
+        let Some(g) = self.groups.get(&pid) else {
             return;
         };
-        let quiet = want && src.is_some() && m.bound.is_some() && m.threads.iter().all(|t| t.watched && t.applied == m.want);
-        // Quiet: the timer first, then the map; not quiet: the map first. A quiet wake is
-        // never unbounded.
-        if !quiet {
-            for t in m.threads.iter_mut().filter(|t| t.quiet) {
-                if src.as_mut().is_some_and(|s| s.set_quiet_wake(t.tid, m.pid, false)) {
-                    t.quiet = false;
+        let ids: Vec<u32> = g.threads.values().copied().collect();
+        let wants: Vec<KState> = ids.iter().filter_map(|id| self.tasks.get(id)).map(|m| m.want).collect();
+        let any_held = wants.contains(&KState::Held);
+        let any_running = wants.iter().any(|w| matches!(w, KState::Run { .. } | KState::Armed { .. } | KState::Untouched));
+        let stop = any_held && !any_running;
+        if stop && !g.stopped {
+            self.hold(pid, &ids);
+        } else if !stop && g.stopped {
+            self.continue_held(pid, &ids);
+        }
+        if self.groups.get(&pid).is_some_and(|g| g.stopped) {
+            // Noted already, except a thread held since the stop.
+            for &id in &ids {
+                if let Some(m) = self.tasks.get_mut(&id).filter(|m| m.want == KState::Held && m.applied == KState::Parked) {
+                    self.ledger.set_stopped(m.slot, Some(pid));
+                    m.applied = KState::Held;
                 }
             }
         }
-        let budget = if left == Ns::MAX { 0 } else { m.cpu_ns.saturating_add(left.max(1)) };
-        let at = match (quiet, budget) {
-            (true, 0) => m.cpu_ns + tick,
-            (true, b) => b.min(m.cpu_ns + tick),
-            (false, b) => b,
+        self.set_quiet(pid, &ids);
+    }
+
+    /// Makes the wakes of each armed thread of process `pid` quiet, or not (pass.rs,
+    /// "Quiet wakes"), and sets the process's CPU-clock timer: one tick of CPU past what
+    /// it has used when a thread is quiet, and at most the least real-time budget its
+    /// threads may still use (crate::budget); disarmed when neither applies. A thread is
+    /// quiet only if it is armed, not exclusive to a loaded scheduler, watched by the BPF
+    /// map, and its process has a timer.
+    fn set_quiet(&mut self, pid: i32, ids: &[u32]) {
+        let tick = self.cfg.tick;
+        let bpf = matches!(self.source, Source::Bpf(_));
+        let has_timer = self.groups.get(&pid).is_some_and(|g| g.timer.is_some());
+        let mut quiet_any = false;
+        let mut least_left = Ns::MAX;
+        let mut marks: Vec<(u32, bool)> = Vec::new();
+        for &id in ids {
+            let capped = self.hard_capped(TaskId(id));
+            let Some(m) = self.tasks.get(&id) else { continue };
+            let q = bpf && has_timer && matches!(m.want, KState::Armed { .. }) && !capped && m.watched && m.applied == m.want;
+            quiet_any |= q;
+            if m.rt.is_some() {
+                least_left = least_left.min(m.rt_left);
+            }
+            if q != m.quiet {
+                marks.push((id, q));
+            }
+        }
+        // Not quiet: the map first, then the timer; quiet: the timer first. A quiet wake
+        // is never unbounded.
+        for &(id, q) in marks.iter().filter(|(_, q)| !q) {
+            self.mark_quiet(pid, id, q);
+        }
+        let Some(g) = self.groups.get_mut(&pid) else {
+            return;
         };
-        if m.bound_at != at {
-            match m.bound.as_mut().map_or(Ok(()), |b| b.set(at)) {
-                Ok(()) => m.bound_at = at,
+        let at = if quiet_any || least_left != Ns::MAX {
+            let Ok(cpu) = g.clock.read() else {
+                return;
+            };
+            let budget = if least_left == Ns::MAX { Ns::MAX } else { cpu.saturating_add(least_left.max(1)) };
+            if quiet_any {
+                budget.min(cpu + tick)
+            } else {
+                budget
+            }
+        } else {
+            0
+        };
+        if g.timer_at != at && g.timer.is_some() {
+            match g.timer.as_mut().map_or(Ok(()), |t| t.set(at)) {
+                Ok(()) => g.timer_at = at,
                 Err(_) => {
                     self.kernel_errors += 1;
                     return;
                 }
             }
         }
-        if let (true, Some(src)) = (quiet, src) {
-            for t in m.threads.iter_mut().filter(|t| !t.quiet) {
-                if src.set_quiet_wake(t.tid, m.pid, true) {
-                    t.quiet = true;
-                }
+        for &(id, q) in marks.iter().filter(|(_, q)| *q) {
+            self.mark_quiet(pid, id, q);
+        }
+    }
+
+    fn mark_quiet(&mut self, pid: i32, id: u32, quiet: bool) {
+        let Source::Bpf(src) = &mut self.source else {
+            return;
+        };
+        if let Some(m) = self.tasks.get_mut(&id) {
+            if src.set_quiet_wake(m.tid, pid, quiet) {
+                m.quiet = quiet;
             }
         }
     }
@@ -299,33 +510,43 @@ impl Agent {
         self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched()) && !self.drv.disp.is_guest(task)
     }
 
-    /// Stops (SIGSTOP) a parked process that should be held, if it is really runnable: a
-    /// process whose threads all blocked already is only parked, so that a task that asked
-    /// for a later time (`timed`) sleeps on its own timer and the next poll sees the block.
-    /// The ledger names the process before the SIGSTOP (the guardian continues it).
-    fn hold(&mut self, id: u32) {
-        let Some(m) = self.tasks.get_mut(&id) else {
-            return;
-        };
-        if !m.threads.iter().all(|t| t.applied == KState::Parked) {
-            return;
-        }
-        let pid = m.pid;
+    /// Stops (SIGSTOP) process `pid`, whose held threads are parked, if one of them is
+    /// really runnable: a process whose held threads all blocked already is only parked,
+    /// so that a task that asked for a later time (`timed`) sleeps on its own timer and
+    /// the next poll sees the block. The ledger names the process before the SIGSTOP
+    /// (the guardian continues it).
+    fn hold(&mut self, pid: i32, ids: &[u32]) {
         let mut runnable = false;
-        for t in &mut m.threads {
-            runnable |= t.stat.runnable().unwrap_or(false);
+        for id in ids {
+            match self.tasks.get_mut(id) {
+                Some(m) if m.want == KState::Held => {
+                    if m.applied != KState::Parked {
+                        return;
+                    }
+                    runnable |= m.stat.runnable().unwrap_or(false);
+                }
+                _ => {}
+            }
         }
         if !runnable {
             return;
         }
-        for t in &m.threads {
-            self.ledger.set_stopped(t.slot, Some(pid));
+        for id in ids {
+            if let Some(m) = self.tasks.get(id) {
+                self.ledger.set_stopped(m.slot, Some(pid));
+            }
         }
         match kernel::signal_process(pid, libc::SIGSTOP) {
-            Ok(()) => m.stopped = true,
+            Ok(()) => {
+                if let Some(g) = self.groups.get_mut(&pid) {
+                    g.stopped = true;
+                }
+            }
             Err(e) => {
-                for t in &m.threads {
-                    self.ledger.set_stopped(t.slot, None);
+                for id in ids {
+                    if let Some(m) = self.tasks.get(id) {
+                        self.ledger.set_stopped(m.slot, None);
+                    }
                 }
                 if e.raw_os_error() != Some(libc::ESRCH) {
                     self.kernel_errors += 1;
@@ -334,31 +555,22 @@ impl Agent {
         }
     }
 
-    /// After a process's threads got their new state: continues (SIGCONT) a stopped
-    /// process that should no longer be held, and clears the ledger's note after it; or
-    /// marks the parked threads of a stopped process held.
-    fn release_or_mark(&mut self, id: u32) {
-        let Some(m) = self.tasks.get_mut(&id) else {
-            return;
-        };
-        if !m.stopped {
-            return;
-        }
-        let pid = m.pid;
-        if m.want == KState::Held {
-            for t in m.threads.iter_mut().filter(|t| t.applied == KState::Parked) {
-                // Noted already, except a thread listed since the stop.
-                self.ledger.set_stopped(t.slot, Some(pid));
-                t.applied = KState::Held;
-            }
-            return;
-        }
+    /// Continues (SIGCONT) process `pid`, stopped by the agent, after its threads got their
+    /// new states, and clears the ledger's note after it.
+    fn continue_held(&mut self, pid: i32, ids: &[u32]) {
         match kernel::signal_process(pid, libc::SIGCONT) {
             Err(e) if e.raw_os_error() != Some(libc::ESRCH) => self.kernel_errors += 1,
             _ => {
-                m.stopped = false;
-                for t in &m.threads {
-                    self.ledger.set_stopped(t.slot, None);
+                if let Some(g) = self.groups.get_mut(&pid) {
+                    g.stopped = false;
+                }
+                for id in ids {
+                    if let Some(m) = self.tasks.get_mut(id) {
+                        self.ledger.set_stopped(m.slot, None);
+                        if m.applied == KState::Held {
+                            m.applied = KState::Parked;
+                        }
+                    }
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! The agent's mechanism: `vassal_core::Dispatcher` driven by real time and real
-//! processes, and its decisions turned into kernel state (paper 002's priority technique).
+//! threads, and its decisions turned into kernel state (paper 002's priority technique).
 //! [`Agent`] is that state, guarded by one mutex shared by the broker and the dispatcher;
 //! its methods are spread over files by concern:
 //! - `membership`: joining and leaving, the threads of a managed process, their ledger;
@@ -8,22 +8,30 @@
 //! - `modules`: schedulers registered at run time, loaded modules and their containment;
 //! - `status`: what the schedulers noted, and the reports of `ctl status/tasks/hierarchy`.
 //!
-//! Invariants: a vassal task is one process, and every thread of it gets the same kernel
-//! state (`membership`); a thread's original state is in the guardian's ledger before the
-//! agent changes it, and is restored when its process is unmanaged; after every change
-//! (`settle`) the kernel state of each managed process is recomputed from the decisions
-//! and applied where it differs from what was applied last; a task is real-time only
-//! under a grant with budget left (`enforcement`).
+//! **Unit of scheduling: the thread** (issue 17). A vassal task is one thread (a TID),
+//! so a multithreaded process runs on as many CPUs as its threads are selected for; a
+//! process is a *group* of its threads ([`Group`]): clients name processes, ownership
+//! is a process's, and a process's parameters go to each of its threads, its weight
+//! divided among them (`membership`, "Weights").
+//!
+//! Invariants: every thread of a managed process is a task of the dispatcher, adopted at
+//! join or as soon as it is seen (BPF new-thread events, rescans), forgotten when it
+//! exits; a thread's original state is in the guardian's ledger before the agent changes
+//! it, and every thread of a process is restored when the process is unmanaged; after
+//! every change (`settle`) the kernel state of each task whose decision, grant or owner
+//! may have changed is recomputed and applied where it differs from what was applied
+//! last (the others are not visited: a pass costs what changed, not what is managed);
+//! a task is real-time only under a grant with budget left (`enforcement`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use vassal_core::{Dispatcher, Driver, HierarchyConfig, Ns, Position, Reply, Request, SchedId, Sender, TaskId, CPU_PPM, MS, SEC};
+use vassal_core::{Dispatcher, Driver, HierarchyConfig, Ns, Position, SchedId, TaskId, CPU_PPM, MS, SEC};
 
 use crate::budget::Bucket;
 use crate::config::Config;
 use crate::guardian::{Ledger, Slot};
-use crate::kernel::{self, CpuClock, StatFile};
-use crate::wire::{Answer, EjectionRow};
+use crate::kernel::{self, CpuClock, RunTime, StatFile};
+use crate::wire::EjectionRow;
 
 mod enforcement;
 mod membership;
@@ -37,39 +45,60 @@ use modules::describe_sched;
 pub const RESCAN: Ns = 250 * MS;
 /// The same with BPF events, which tell new threads and exits as they happen: the
 /// re-listing only catches what they cannot (a thread started before its process was
-/// watched, a zombie leader), and samples the share figure. Every process due within
-/// half of it is re-listed at the same pass, so the re-listings of all processes come
-/// together, one pass per `RESCAN_BPF`.
-pub const RESCAN_BPF: Ns = SEC;
-/// A parked process (neither selected nor armed) is polled at every `PARKED_EVERY`-th
+/// watched). Every process due within half of it is re-listed at the same pass, so the
+/// re-listings of all processes come together, one pass per `RESCAN_BPF`.
+pub const RESCAN_BPF: Ns = 5 * SEC;
+/// A parked thread (neither selected nor armed) is polled at every `PARKED_EVERY`-th
 /// pass only (staggered by task), and the passes come up to `PARKED_EVERY` ticks apart
 /// while nothing changes (see `next_deadline`).
 pub const PARKED_EVERY: u64 = 4;
 /// Latency samples kept per task.
 const LAT_SAMPLES: usize = 1024;
+/// The window of the share figures of `ctl tasks` and `ctl hierarchy`.
+pub const SHARE_WINDOW: Ns = SEC;
+/// CPU-time samples are kept at most this often (one window holds ~10).
+const SAMPLE_EVERY: Ns = 100 * MS;
 
-/// What the agent made of a process in the kernel.
+/// How a selected task runs in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunClass {
+    /// SCHED_FIFO `run_priority`: under a real-time grant.
+    Fifo,
+    /// SCHED_OTHER at this nice: best effort (its own nice, or a loaded best-effort
+    /// scheduler's `loaded_best_effort_nice`).
+    Other(i8),
+}
+
+/// What the agent made of a thread in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KState {
-    /// Not yet touched (just joined).
+    /// Not yet touched (just adopted).
     Untouched,
     Run {
         cpu: u16,
-        fifo: bool,
+        class: RunClass,
     },
     Armed {
         cpu: u16,
     },
     Parked,
-    /// Parked, and the process stopped (SIGSTOP): the hard cap (enforcement.rs, *held*).
+    /// Parked, and its process stopped (SIGSTOP): the hard cap (enforcement.rs, *held*).
     Held,
 }
 
-struct Thread {
+/// A managed thread: one vassal task.
+struct Managed {
     tid: i32,
+    /// Its process (the [`Group`]).
+    pid: i32,
     slot: Slot,
     stat: StatFile,
+    runtime: RunTime,
+    /// Its original nice (from the ledger): a best-effort selection of the default
+    /// scheduler runs at it.
+    nice0: i8,
     applied: KState,
+    want: KState,
     /// Its tid is in the BPF map: its blocks and wakes come as events (else it is polled).
     watched: bool,
     /// Runnable, as the BPF events last said (read from /proc when it was adopted).
@@ -79,62 +108,72 @@ struct Thread {
     bound: Option<u16>,
     /// Its wakes are quiet in the BPF map (`bpf::QUIET_WAKE`; pass.rs, "Quiet wakes").
     quiet: bool,
-}
-
-impl Thread {
-    /// Whether the thread is runnable: as the BPF events last said if it is watched, else
-    /// read from /proc (an error: it is gone). A held thread is stopped by the agent, not
-    /// blocked: it counts as runnable (it was when it was stopped, and it cannot block
-    /// while stopped), whatever wchan says or the event of its stop (a switch-out in
-    /// state T).
-    fn runnable(&mut self) -> std::io::Result<bool> {
-        let r = if self.watched { self.run } else { self.stat.runnable()? };
-        Ok(r || self.applied == KState::Held)
-    }
-}
-
-struct Managed {
-    pid: i32,
-    uid: u32,
-    threads: Vec<Thread>,
-    clock: CpuClock,
+    /// Its CPU time (schedstat) when last read, and when.
     cpu_ns: u64,
+    read_at: Ns,
     /// CPU it used that the dispatcher has not been told of yet (see `poll`).
     unaccounted: u64,
     joined_cpu_ns: u64,
-    params: BTreeMap<String, i64>,
+    /// Parameters set for this thread alone (`--tid`): they override its process's.
+    own: BTreeMap<String, i64>,
+    /// The weight its scheduler was last given (its process's, divided: `membership`).
+    weight: i64,
     last_cpu: Option<u16>,
     /// When the agent saw it become runnable and it has not been selected since.
     runnable_since: Option<Ns>,
     lat: VecDeque<u32>,
-    /// (time, CPU clock) samples, one per 100 ms, for the one-second share.
+    /// (time, CPU time) samples, at most one per `SAMPLE_EVERY`, over the last
+    /// `SHARE_WINDOW` and one more, for the share figure.
     samples: VecDeque<(Ns, u64)>,
-    rescanned: Ns,
-    want: KState,
-    /// The agent has stopped the process (SIGSTOP) and not yet continued it.
-    stopped: bool,
-    /// BPF events about it arrived since the last pass.
-    evented: bool,
+    /// BPF events about it arrived since the last pass (it is in `Agent::evented`).
     /// The earliest wake among them (its BPF time), for the wake-to-run latency.
     woke_at: Option<Ns>,
-    /// A timer on its CPU clock: the bound on an armed process's unseen run (quiet wakes)
-    /// and the end of its real-time budget (crate::budget), whichever comes first.
-    bound: Option<kernel::CpuTimer>,
-    /// The CPU-clock value `bound` is set to fire at (0: disarmed).
-    bound_at: u64,
     /// The grant its real-time kernel state draws on now (None: not real-time).
     rt: Option<RtBy>,
-    /// The grant it was real-time under at some time since its CPU clock was last read:
+    /// What is left of that grant's budget for it, ns (`Ns::MAX`: no budget applies).
+    rt_left: Ns,
+    /// The grant it was real-time under at some time since its CPU time was last read:
     /// what the CPU used meanwhile is charged to (conservatively, all of it).
     rt_since_read: Option<RtBy>,
+    /// The scheduler whose decision it ran under since its CPU time was last read (for
+    /// the schedulers' measured shares).
+    ran_under: Option<SchedId>,
     /// Real-time CPU used since it last blocked: its warp episode (BVT §2.2).
     episode_rt: Ns,
     /// The share its reservations hold, ppm of one CPU (counted against
-    /// `max_rt_per_uid` for a non-root owner).
+    /// `max_rt_per_uid` for a non-root owner, and shown as granted).
     reserved_ppm: u64,
     /// What its schedulers said about it lately (their logs: a reservation removed, a
     /// warp limit reached), newest last, for `ctl tasks`.
     notes: VecDeque<String>,
+}
+
+/// A managed process: the group of its threads (docs/agent.md, "Unit of scheduling").
+struct Group {
+    pid: i32,
+    uid: u32,
+    /// Its threads' tasks, by tid.
+    threads: BTreeMap<i32, u32>,
+    /// The parameters it joined with or was given (each thread gets them, the weight
+    /// divided; a thread's own override them).
+    params: BTreeMap<String, i64>,
+    /// The scheduler it joined: the threads it creates join it too.
+    sched: SchedId,
+    /// Its process CPU clock, and a timer on it: the bound on an armed thread's unseen
+    /// run (quiet wakes) and the end of a real-time budget (crate::budget), whichever
+    /// comes first, for all its threads (Linux keeps CPU timers on another process's
+    /// threads to that process).
+    clock: CpuClock,
+    timer: Option<kernel::CpuTimer>,
+    /// The CPU-clock value `timer` is set to fire at (0: disarmed).
+    timer_at: u64,
+    /// The agent has stopped the process (SIGSTOP) and not yet continued it.
+    stopped: bool,
+    rescanned: Ns,
+    /// How often it is re-listed (`RESCAN` polling, `RESCAN_BPF` with BPF events).
+    rescan_every: Ns,
+    /// CPU time of its threads that exited while managed.
+    gone_cpu_ns: u64,
 }
 
 /// The grant under which a task is real-time (crate::budget).
@@ -151,20 +190,20 @@ enum RtBy {
 /// Notes kept per task for `ctl tasks`.
 const NOTES: usize = 4;
 
-impl Managed {
-    /// Armed with quiet wakes: every thread's wakes are quiet in the BPF map (pass.rs, "Quiet
-    /// wakes").
-    fn quiet_wakes(&self) -> bool {
-        matches!(self.want, KState::Armed { .. }) && !self.threads.is_empty() && self.threads.iter().all(|t| t.quiet)
-    }
-}
-
 /// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
 pub enum Source {
     /// Polling /proc/TID/wchan (or stat) at passes that come every 1–`PARKED_EVERY` ticks.
     Poll,
     /// BPF events on the scheduler tracepoints; a pass only when something needs deciding.
     Bpf(Box<crate::bpf::EventSource>),
+}
+
+/// The CPU time a scheduler's decisions gave its tasks (for its measured share).
+#[derive(Default)]
+struct SchedUse {
+    total: u64,
+    /// (time, total) samples, as `Managed::samples`.
+    samples: VecDeque<(Ns, u64)>,
 }
 
 /// The agent's state, guarded by one mutex shared by the broker and the dispatcher.
@@ -174,17 +213,40 @@ pub struct Agent {
     /// for a decision (vassal_core::driver; `pass` is the agent's side of it).
     drv: Driver,
     ncpus: u16,
-    by_pid: BTreeMap<i32, TaskId>,
+    /// Managed threads by tid, and their tasks (keyed by task id).
+    by_tid: BTreeMap<i32, TaskId>,
     tasks: BTreeMap<u32, Managed>,
+    /// Managed processes by pid.
+    groups: BTreeMap<i32, Group>,
     slice_end: Vec<Option<Ns>>,
     ledger: Ledger,
     pub next_tick: Ns,
-    /// No process is selected, armed or waiting for its kernel state: the passes need
-    /// not come every tick (see `next_deadline`).
+    // ----- what a pass and `enforce` visit (so their cost does not grow with idle
+    // threads): each a set of task ids -----
+    /// Tasks BPF events named since the last pass (or whose process's CPU-clock timer
+    /// fired).
+    evented: BTreeSet<u32>,
+    /// Tasks whose decision, runnability or parameters changed since the last `enforce`.
+    dirty: BTreeSet<u32>,
+    /// Every task must be visited at the next `enforce` (a scheduler registered,
+    /// unregistered, loaded, unloaded or ejected).
+    all_dirty: bool,
+    /// Tasks whose kernel state depends on time: real-time now (a grant draws on a
+    /// budget), armed, held back by a spent budget, or owned by a loaded scheduler (whose
+    /// exclusivity and share may change at any of its events).
+    watch: BTreeSet<u32>,
+    /// Tasks whose kernel state could not be applied yet (retried at the next tick).
+    unsettled: BTreeSet<u32>,
+    /// Tasks its threads' BPF map could not take (polled, as with `events = "poll"`).
+    unwatched: BTreeSet<u32>,
+    /// Processes by when they are re-listed next.
+    rescans: BTreeSet<(Ns, i32)>,
+    /// No task is selected, armed or waiting for its kernel state: the passes need
+    /// not come every tick when polling (see `next_deadline`).
     quiet: bool,
-    /// Passes come every `backoff` ticks: 1 after a pass that saw a change (a wake, a
-    /// block, a scheduler event, a decision that changes what runs on a CPU), doubled
-    /// after each pass that saw none, up to `PARKED_EVERY`.
+    /// Passes come every `backoff` ticks (polling): 1 after a pass that saw a change (a
+    /// wake, a block, a scheduler event, a decision that changes what runs on a CPU),
+    /// doubled after each pass that saw none, up to `PARKED_EVERY`.
     backoff: u64,
     /// Changes seen so far (as above).
     changes: u64,
@@ -205,22 +267,26 @@ pub struct Agent {
     source: Source,
     /// Events drained at a pass (kept to reuse its allocation).
     ev_buf: Vec<crate::bpf::Event>,
-    /// BPF events seen, and those about tids no longer managed (for `status`).
+    /// BPF events seen (for `status`).
     pub bpf_events: u64,
-    /// Runs of armed processes replayed (`replay_run`), and CPU-clock bounds that fired
+    /// Runs of armed threads replayed (`replay_run`), and CPU-clock bounds that fired
     /// (`cpu_timers_fired`), for `status`.
     pub replayed_runs: u64,
     pub bounds_fired: u64,
     /// When the last pass ran.
     last_pass: Ns,
-    /// Some thread's kernel state could not be applied yet (retried at the next tick).
-    unapplied: bool,
     /// Real-time budgets (crate::budget): per loaded scheduler, per non-root uid.
     sched_budgets: BTreeMap<u32, Bucket>,
     uid_budgets: BTreeMap<u32, Bucket>,
-    /// The earliest time a budget that holds a task back from real time refills enough
-    /// (a pass then gives it back its kernel state).
+    /// The earliest time a budget that holds a task back refills enough (a pass then
+    /// gives it back its kernel state).
     throttled_until: Option<Ns>,
+    /// Tasks the agent took off every CPU (`Dispatcher::set_loaded(false)`) because the
+    /// reserved or hard-time scheduler that owns them has used its declared share
+    /// (enforcement.rs, "Shares"), until when its budget refills.
+    unloaded: BTreeMap<u32, Ns>,
+    /// CPU time given by each scheduler's decisions, for `ctl hierarchy`.
+    sched_use: BTreeMap<u32, SchedUse>,
     /// The guardian's pid: never managed, like the agent itself.
     guardian_pid: i32,
     /// The kernel refused RLIMIT_RTTIME on another user's process (`set_backstop`).
@@ -232,6 +298,31 @@ pub const MAX_EJECTIONS: usize = 64;
 
 /// What went wrong setting the agent up.
 pub type SetupError = String;
+
+/// Keeps `(now, value)` in `samples` if the last sample is `SAMPLE_EVERY` old, dropping
+/// those older than one window before the newest.
+fn sample(samples: &mut VecDeque<(Ns, u64)>, now: Ns, value: u64) {
+    if samples.back().is_none_or(|&(t, _)| now >= t + SAMPLE_EVERY) {
+        samples.push_back((now, value));
+    }
+    while samples.len() > 2 && samples[1].0 + SHARE_WINDOW <= now {
+        samples.pop_front();
+    }
+}
+
+/// The share of one CPU that `value` grew by over the last window: from the sample
+/// that starts it to `(now, value)`, a value read at `now`. (Pairing a value with the
+/// time it was read is what keeps a busy loop at 100%: the figure before issue 17 divided
+/// the latest CPU time by the time of the latest 100 ms sample, up to 100 ms older.)
+fn share(samples: &VecDeque<(Ns, u64)>, now: Ns, value: u64) -> f64 {
+    let Some(&(t0, v0)) = samples.iter().find(|&&(t, _)| t + SHARE_WINDOW >= now).or(samples.back()) else {
+        return 0.0;
+    };
+    if now <= t0 {
+        return 0.0;
+    }
+    value.saturating_sub(v0) as f64 / (now - t0) as f64
+}
 
 impl Agent {
     pub fn new(cfg: Config, ledger: Ledger, now: Ns) -> Result<Agent, SetupError> {
@@ -273,11 +364,19 @@ impl Agent {
             cfg,
             drv: Driver::new(disp),
             ncpus,
-            by_pid: BTreeMap::new(),
+            by_tid: BTreeMap::new(),
             tasks: BTreeMap::new(),
+            groups: BTreeMap::new(),
             slice_end: vec![None; ncpus as usize],
             ledger,
             next_tick: now,
+            evented: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            all_dirty: false,
+            watch: BTreeSet::new(),
+            unsettled: BTreeSet::new(),
+            unwatched: BTreeSet::new(),
+            rescans: BTreeSet::new(),
             quiet: false,
             backoff: 1,
             changes: 0,
@@ -297,10 +396,11 @@ impl Agent {
             replayed_runs: 0,
             bounds_fired: 0,
             last_pass: now,
-            unapplied: false,
             sched_budgets: BTreeMap::new(),
             uid_budgets: BTreeMap::new(),
             throttled_until: None,
+            unloaded: BTreeMap::new(),
+            sched_use: BTreeMap::new(),
             guardian_pid: 0,
             backstop_refused: false,
         })
@@ -334,62 +434,62 @@ impl Agent {
     pub fn ncpus(&self) -> u16 {
         self.ncpus
     }
+    /// Managed processes.
     pub fn managed(&self) -> usize {
+        self.groups.len()
+    }
+    /// Managed threads.
+    pub fn managed_threads(&self) -> usize {
         self.tasks.len()
     }
-    pub fn task_of(&self, pid: i32) -> Option<TaskId> {
-        self.by_pid.get(&pid).copied()
+    /// The task of a managed thread.
+    pub fn task_of(&self, tid: i32) -> Option<TaskId> {
+        self.by_tid.get(&tid).copied()
     }
     pub fn lookup(&self, name: &str) -> Option<SchedId> {
         self.drv.disp.lookup(name)
     }
-    pub fn param(&self, pid: i32, name: &str) -> Option<i64> {
-        let t = self.by_pid.get(&pid)?;
-        self.tasks.get(&t.0)?.params.get(name).copied()
+    /// A parameter's current value: thread `tid`'s own if it has one, else its process's.
+    pub fn param(&self, pid: i32, tid: Option<i32>, name: &str) -> Option<i64> {
+        let own = tid.and_then(|t| self.by_tid.get(&t)).and_then(|t| self.tasks.get(&t.0)).and_then(|m| m.own.get(name).copied());
+        own.or_else(|| self.groups.get(&pid)?.params.get(name).copied())
     }
+    /// The uid a managed process was joined for.
     pub fn uid_of_task(&self, pid: i32) -> Option<u32> {
-        let t = self.by_pid.get(&pid)?;
-        self.tasks.get(&t.0).map(|m| m.uid)
+        self.groups.get(&pid).map(|g| g.uid)
     }
 
-    /// MessageToScheduler about `pid` (to its owner when `sched` is None).
-    pub fn message(&mut self, now: Ns, sched: Option<SchedId>, pid: i32, uid: u32, req: &Request) -> Answer {
-        let Some(&task) = self.by_pid.get(&pid) else {
-            return Answer::refused(format!("process {pid} is not managed"));
-        };
-        // A non-root uid's reservations together stay within `max_rt_per_uid`.
-        let reserve = match req {
-            Request::Reserve { util, .. } | Request::Modify { util, .. } if util.is_finite() && *util > 0.0 => {
-                Some((util.min(1.0) * CPU_PPM as f64).round() as u64)
-            }
-            _ => None,
-        };
-        if let (Some(ppm), true) = (reserve, uid != 0) {
-            let owner = self.tasks[&task.0].uid;
-            let others: u64 = self.tasks.iter().filter(|(&t, m)| t != task.0 && m.uid == owner).map(|(_, m)| m.reserved_ppm).sum();
-            let most = self.cfg.max_rt_per_uid_ppm;
-            if others + ppm > most {
-                return Answer::refused(format!(
-                    "uid {owner} would hold {:.4} CPUs of reservations; a non-root uid may hold at most {:.4} (max_rt_per_uid)",
-                    (others + ppm) as f64 / CPU_PPM as f64,
-                    most as f64 / CPU_PPM as f64
-                ));
-            }
+    /// Marks a task for the next `enforce`.
+    fn touch(&mut self, id: u32) {
+        self.dirty.insert(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_pairs_each_cpu_time_with_when_it_was_read() {
+        // A busy loop: its CPU time grows as fast as the clock. Samples every 100 ms; a
+        // figure asked 90 ms after the last sample, with the CPU time read then, is 1.
+        let mut s = VecDeque::new();
+        for k in 0..=20u64 {
+            sample(&mut s, k * 100 * MS, k * 100 * MS);
         }
-        let to = sched.or(self.drv.disp.owner(task)).unwrap_or(self.drv.disp.default_sched());
-        let r = self.drv.disp.message(now, to, Sender { task: Some(task), uid }, task, req);
-        if let Some(m) = self.tasks.get_mut(&task.0) {
-            match (&r, req) {
-                (Reply::Ok, Request::Param { name, value }) => {
-                    m.params.insert(name.clone(), *value);
-                }
-                (Reply::Ok, Request::Reserve { .. } | Request::Modify { .. }) => m.reserved_ppm = reserve.unwrap_or(0),
-                // Freed, or refused because it was removed already: nothing held either way.
-                (_, Request::Free | Request::Leave) => m.reserved_ppm = 0,
-                _ => {}
-            }
+        assert!(s.len() <= 12, "{} samples kept", s.len());
+        let now = 2_090 * MS;
+        assert!((share(&s, now, now) - 1.0).abs() < 1e-9, "{}", share(&s, now, now));
+        // The old figure: the newest CPU time over the newest sample's time.
+        let (t0, c0) = s[0];
+        let old = (now - c0) as f64 / (s.back().unwrap().0 - t0) as f64;
+        assert!(old > 1.08, "the old pairing gave {old}");
+        // Half a CPU over the window.
+        let mut h = VecDeque::new();
+        for k in 0..=20u64 {
+            sample(&mut h, k * 100 * MS, k * 50 * MS);
         }
-        self.settle(now);
-        r.into()
+        assert!((share(&h, 2_000 * MS, 1_000 * MS) - 0.5).abs() < 1e-9);
+        assert_eq!(share(&VecDeque::new(), 5, 5), 0.0);
     }
 }

@@ -46,8 +46,23 @@ impl Agent {
             Ok(_) => Answer::Ok,
             Err(e) => Answer::refused(e.to_string()),
         };
+        self.hierarchy_changed();
         self.settle(now);
         r
+    }
+
+    /// The hierarchy changed (a scheduler registered, unregistered, loaded, unloaded or
+    /// ejected): every task's kernel state is recomputed at the next `enforce`, and a
+    /// process whose scheduler is gone now joins where its main thread went.
+    fn hierarchy_changed(&mut self) {
+        self.all_dirty = true;
+        let default = self.drv.disp.default_sched();
+        for g in self.groups.values_mut() {
+            if self.drv.disp.sched_name(g.sched).is_none() {
+                let main = g.threads.get(&g.pid).map(|&id| TaskId(id));
+                g.sched = main.and_then(|t| self.drv.disp.owner(t)).unwrap_or(default);
+            }
+        }
     }
 
     pub fn unregister(&mut self, now: Ns, name: &str) -> Answer {
@@ -63,6 +78,7 @@ impl Agent {
             }
             Err(e) => Answer::refused(e.to_string()),
         };
+        self.hierarchy_changed();
         self.settle(now);
         r
     }
@@ -113,6 +129,7 @@ impl Agent {
                 Answer::refused(format!("module {path}: {e}"))
             }
         };
+        self.hierarchy_changed();
         self.settle(now);
         answer
     }
@@ -135,16 +152,21 @@ impl Agent {
             }
             Err(e) => Answer::refused(e.to_string()),
         };
+        self.hierarchy_changed();
         self.settle(now);
         r
     }
 
-    /// "PID -> SCHEDULER" for each moved task.
+    /// "PID -> SCHEDULER" (or "PID/TID -> SCHEDULER" for a thread other than the main
+    /// one) for each moved task.
     fn moved_rows(&self, moved: &[(TaskId, SchedId)]) -> Vec<String> {
         moved
             .iter()
             .map(|(t, s)| {
-                let pid = self.tasks.get(&t.0).map_or_else(|| format!("{t}"), |m| m.pid.to_string());
+                let pid = self
+                    .tasks
+                    .get(&t.0)
+                    .map_or_else(|| format!("{t}"), |m| if m.tid == m.pid { m.pid.to_string() } else { format!("{}/{}", m.pid, m.tid) });
                 format!("{pid} -> {}", self.drv.disp.sched_name(*s).unwrap_or("?"))
             })
             .collect()
@@ -161,7 +183,11 @@ impl Agent {
     /// dispatcher's deadlines (`next_deadline`), so it fires one dispatcher wake-up after
     /// its limit.
     pub(super) fn contain(&mut self, now: Ns) {
-        for e in self.drv.disp.eject_failed(now) {
+        let ejected = self.drv.disp.eject_failed(now);
+        if !ejected.is_empty() {
+            self.hierarchy_changed();
+        }
+        for e in ejected {
             let module = self.modules.remove(&e.name).unwrap_or_default();
             let moved = self.moved_rows(&e.moved);
             eprintln!("vassal agent: module scheduler '{}' ({module}) ejected: {}; tasks [{}]", e.name, e.reason, moved.join(", "));

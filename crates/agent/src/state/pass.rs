@@ -38,10 +38,24 @@
 //! task runs unseen for at most one agent tick of CPU plus one kernel tick (4 ms at
 //! HZ = 250) — a runaway warped task is then dispatched, and its warp limit applies, from
 
-use vassal_core::driver::{self, Hooks, RESCHED_LIMIT};
-use vassal_core::{Block, CpuId, Dispatched, Driver, Ns, Preempt, SchedId, TaskId, TaskState, Wake, MS, SEC};
+//! there.
+//!
+//! **What a pass visits** (issue 17, "many tasks"). With BPF events a pass reads only
+//! the threads events named, the selected ones (their CPU use), those whose kernel state
+//! is not applied yet, and those the BPF map could not take; re-listings come once per
+//! `RESCAN_BPF` for all processes together. `enforce` visits only the tasks whose
+//! decision, runnability or parameters changed, and those whose kernel state depends on
+//! time (`Agent::watch`). So a managed thread that does nothing costs a pass nothing;
+//! polling still reads every parked thread every `PARKED_EVERY` passes.
 
-use super::{Agent, KState, RtBy, Source, LAT_SAMPLES, PARKED_EVERY, RESCAN, RESCAN_BPF};
+use vassal_core::driver::{self, Hooks, RESCHED_LIMIT};
+use vassal_core::{Block, CpuId, Dispatched, Driver, Ns, Preempt, SchedId, TaskId, TaskState, Wake, SEC};
+
+use super::{sample, Agent, KState, RtBy, Source, LAT_SAMPLES, PARKED_EVERY, RESCAN_BPF};
+
+/// TASK_STOPPED and TASK_TRACED in a task's state: a switch-out in them is a stop, not a
+/// block (include/linux/sched.h).
+const STOPPED: u32 = 0x4 | 0x8;
 
 impl Agent {
     /// The earliest time the dispatcher must run again: the next poll, scheduler event or
@@ -62,17 +76,17 @@ impl Agent {
         let tick = self.cfg.tick;
         let mut d = if let Source::Bpf(_) = self.source {
             let mut d = self.last_pass.saturating_add(SEC);
-            if self.unapplied {
+            if !self.unsettled.is_empty() {
                 d = d.min(self.next_tick);
-            }
-            if let Some(r) = self.tasks.values().map(|m| m.rescanned + RESCAN_BPF).min() {
-                d = d.min(r);
             }
             d
         } else {
             let every = if self.quiet { PARKED_EVERY } else { self.backoff };
             self.next_tick + (every - 1) * tick
         };
+        if let Some(&(due, _)) = self.rescans.first() {
+            d = d.min(due);
+        }
         if let Some(at) = self.drv.next_deadline() {
             d = d.min(at);
         }
@@ -94,25 +108,28 @@ impl Agent {
         if let Some(t) = self.throttled_until {
             d = d.min(t);
         }
+        if let Some(&t) = self.unloaded.values().min() {
+            d = d.min(t);
+        }
         d
     }
 
     /// The CPUs the dispatcher thread should run on (a bit mask), or None: it may stay
     /// where it is (so a task's arm-run-arm cycle costs no affinity change).
-    /// - Not on the CPU of a process armed with loud wakes: it runs the instant it wakes,
+    /// - Not on the CPU of a thread armed with loud wakes: it runs the instant it wakes,
     ///   and its wake also wakes the dispatcher, which (at a higher priority) would
     ///   preempt the very task it woke for.
-    /// - On the CPU of a process armed with quiet wakes, if there is one: its wakes do not
+    /// - On the CPU of a thread armed with quiet wakes, if there is one: its wakes do not
     ///   wake the dispatcher, its blocks do, and a wake-up from the CPU the dispatcher
     ///   sleeps on costs it a third of one from another CPU (docs/agent.md, "Event
     ///   source"), where the cross-CPU wake-up also leaves an idle or busy CPU.
     pub fn dispatcher_cpus(&self) -> Option<u64> {
         let all = if self.ncpus >= 64 { u64::MAX } else { (1u64 << self.ncpus) - 1 };
         let (mut loud, mut quiet) = (0u64, 0u64);
-        for m in self.tasks.values() {
+        for m in self.watch.iter().filter_map(|id| self.tasks.get(id)) {
             if let KState::Armed { cpu } = m.want {
                 if cpu < 64 {
-                    *(if m.quiet_wakes() { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
+                    *(if m.quiet { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
                 }
             }
         }
@@ -135,13 +152,14 @@ impl Agent {
         self.drv.request(cpu, Preempt::Resched);
     }
 
-    /// One pass of the dispatcher at `now`: poll the managed processes that need it (see
-    /// `poll`), fire due events, deliver due ticks, end expired slices, decide, and apply.
+    /// One pass of the dispatcher at `now`: read the managed threads that need it (see
+    /// `poll`), re-list the processes due, fire due events, deliver due ticks, end expired
+    /// slices, decide, and apply.
     pub fn pass(&mut self, now: Ns) {
         self.passes += 1;
         self.last_pass = now;
         let changes = self.changes;
-        self.take_events();
+        self.take_events(now);
         if let Some(tr) = self.trace.as_mut() {
             // What brought this pass: its events, and how far the next scheduler event
             // and each CPU's slice end are (µs; negative: due).
@@ -152,6 +170,7 @@ impl Agent {
             let _ = writeln!(tr, "{} pass: {} BPF events, scheduler event {event:?}, slice ends {slices:?}", now / 1000, self.ev_buf.len());
         }
         self.poll(now);
+        self.rescans_due(now);
         driver::fire_due(self, now);
         // Every tick that fell due since the last pass is delivered (the passes may be
         // up to PARKED_EVERY ticks apart when polling, up to a second with BPF events), so
@@ -182,18 +201,33 @@ impl Agent {
             }
         }
         self.settle(now);
-        self.unapplied = self.tasks.values().any(|m| m.threads.iter().any(|t| t.applied != m.want));
         self.backoff = if self.changes != changes { 1 } else { (self.backoff * 2).min(PARKED_EVERY) };
         if let Some(t) = self.chrome.as_mut() {
             t.flush();
         }
     }
 
+    /// Re-lists the processes whose rescan is due; with BPF events, every one due within
+    /// half a period too, so the re-listings of all processes come at one pass.
+    fn rescans_due(&mut self, now: Ns) {
+        let ahead = match self.source {
+            Source::Bpf(_) => RESCAN_BPF / 2,
+            Source::Poll => 0,
+        };
+        while let Some(&(due, pid)) = self.rescans.first() {
+            if due > now + ahead {
+                break;
+            }
+            self.rescans.pop_first();
+            self.rescan(now, pid);
+        }
+    }
+
     /// Drains the BPF ring buffer (BPF source): each block or wake sets its thread's
     /// runnable flag (the last event wins: the ring buffer's order is the kernel's, see
-    /// crate::bpf), and marks its process for this pass's `poll`; an exit or a new thread
-    /// makes the process rescanned now.
-    fn take_events(&mut self) {
+    /// crate::bpf) and marks it for this pass's `poll`; a new thread is adopted; an exit
+    /// forgets the thread (and its process, if it was the main thread).
+    fn take_events(&mut self, now: Ns) {
         use crate::bpf::Kind;
         let Source::Bpf(src) = &mut self.source else {
             return;
@@ -202,175 +236,204 @@ impl Agent {
         evs.clear();
         src.drain(&mut evs);
         self.bpf_events += evs.len() as u64;
+        let mut exited = Vec::new();
         for e in &evs {
-            let Some(&task) = self.by_pid.get(&e.tgid) else {
+            if e.kind == Kind::New {
+                // Adopted now, with the original it would have had without the agent
+                // (from its creator's, which the event names); if that fails, a rescan
+                // at this pass tries again.
+                if self.groups.contains_key(&e.tgid)
+                    && !self.by_tid.contains_key(&e.tid)
+                    && self.adopt_late(now, e.tgid, e.tid, Some(e.creator)).is_err()
+                {
+                    self.rescan_soon(now, e.tgid);
+                }
+                continue;
+            }
+            let Some(&task) = self.by_tid.get(&e.tid) else {
                 continue;
             };
+            if e.exited() {
+                exited.push(task.0);
+                continue;
+            }
             let Some(m) = self.tasks.get_mut(&task.0) else {
                 continue;
             };
-            m.evented = true;
-            if e.exited() {
-                m.rescanned = 0;
-            }
-            if e.kind == Kind::New {
-                // Adopted now, with the original it would have had without the agent
-                // (from its creator's, which the event names); if that fails, the rescan
-                // at this pass tries again.
-                if !m.threads.iter().any(|t| t.tid == e.tid) {
-                    let original = self.late_original(task.0, Some(e.creator));
-                    match self.adopt_thread(e.tgid, e.tid, original) {
-                        Ok(t) => self.tasks.get_mut(&task.0).expect("looked up").threads.push(t),
-                        Err(_) => self.tasks.get_mut(&task.0).expect("looked up").rescanned = 0,
-                    }
-                }
+            // The agent's own SIGSTOP of a held process switches its threads out stopped:
+            // not a block (they were runnable, and cannot block while stopped).
+            if e.kind == Kind::Block && e.state & STOPPED != 0 && self.groups.get(&m.pid).is_some_and(|g| g.stopped) {
                 continue;
             }
             let woke = e.kind == Kind::Wake;
-            if let Some(t) = m.threads.iter_mut().find(|t| t.tid == e.tid) {
-                t.run = woke;
-            }
+            m.run = woke;
             if woke && m.woke_at.is_none() {
                 m.woke_at = Some(e.time);
             }
+            self.evented.insert(task.0);
         }
         self.ev_buf = evs;
+        for id in exited {
+            self.thread_exited(now, id);
+        }
     }
 
-    /// Reads each process's runnability and CPU clock and tells the dispatcher. Polling:
-    /// runnability from /proc (see below for which processes); BPF: from the events'
-    /// flags, for the processes events named, the selected ones (their CPU use), those
-    /// with a thread the map could not take (polled), and any at a rescan.
+    /// Makes process `pid` re-listed at the next pass.
+    fn rescan_soon(&mut self, now: Ns, pid: i32) {
+        self.rescans.retain(|&(_, p)| p != pid);
+        self.rescans.insert((now, pid));
+    }
+
+    /// Reads the runnability and CPU time of the threads that need it and tells the
+    /// dispatcher. Polling: runnability from /proc — every selected, armed or unsettled
+    /// thread, and every parked one at every `PARKED_EVERY`-th pass (staggered) or while
+    /// passes are far apart; BPF: from the events' flags, for the threads events named,
+    /// the selected ones (their CPU use), the unsettled ones and those the map could not
+    /// take (polled).
     fn poll(&mut self, now: Ns) {
-        let ids: Vec<u32> = self.tasks.keys().copied().collect();
         let bpf = matches!(self.source, Source::Bpf(_));
-        let all = !bpf && (self.quiet || self.backoff > 1);
+        let mut ids: Vec<u32> = Vec::new();
+        if bpf {
+            ids.extend(self.evented.iter());
+            ids.extend(self.unsettled.iter());
+            ids.extend(self.unwatched.iter());
+            ids.extend((0..self.ncpus).filter_map(|c| self.drv.disp.running(CpuId(c))).map(|t| t.0));
+            ids.sort_unstable();
+            ids.dedup();
+        } else {
+            let all = self.quiet || self.backoff > 1;
+            ids.extend(self.tasks.iter().filter_map(|(&id, m)| {
+                let selected = matches!(self.drv.disp.state(TaskId(id)), TaskState::Running(_));
+                let armed = matches!(m.want, KState::Armed { .. });
+                let unsettled = m.want == KState::Untouched || m.applied != m.want;
+                (all || selected || armed || unsettled || (self.passes + id as u64).is_multiple_of(PARKED_EVERY)).then_some(id)
+            }));
+        }
+        self.evented.clear();
+        let mut exited = Vec::new();
         for id in ids {
-            let task = TaskId(id);
-            let selected = matches!(self.drv.disp.state(task), TaskState::Running(_));
-            let m = self.tasks.get_mut(&id).expect("listed");
-            let rescan = if bpf { now + RESCAN_BPF / 2 >= m.rescanned + RESCAN_BPF } else { now >= m.rescanned + RESCAN };
-            // Polled at every pass: a selected process (its block frees a CPU), an armed
-            // one (the kernel runs it the instant it wakes; the policy must hear of it),
-            // one whose kernel state is not applied yet, and any at a rescan; a parked one
-            // every PARKED_EVERY-th pass (staggered by task), or at every pass while the
-            // passes are PARKED_EVERY ticks apart.
-            let unsettled = m.want == KState::Untouched || m.threads.iter().any(|t| t.applied != m.want);
-            let armed = matches!(m.want, KState::Armed { .. });
-            let wanted = if bpf {
-                selected || unsettled || rescan || m.evented || m.threads.iter().any(|t| !t.watched)
-            } else {
-                all || selected || armed || unsettled || rescan || (self.passes + id as u64).is_multiple_of(PARKED_EVERY)
-            };
-            if !wanted {
-                continue;
+            if !self.read_task(now, id) {
+                exited.push(id);
             }
-            m.evented = false;
-            let woke_at = m.woke_at.take();
-            // Runnable if any thread is; gone if the main thread is (its stat line is read
-            // at each rescan: through wchan a zombie would look runnable).
-            let mut runnable = false;
-            let mut gone = false;
-            for (i, t) in m.threads.iter_mut().enumerate() {
-                let main = i == 0 && t.tid == m.pid;
-                match t.runnable() {
-                    Ok(r) => runnable |= r,
-                    Err(_) if main => gone = true,
-                    Err(_) => {}
-                }
-                if main && rescan && matches!(t.stat.state(), Ok(b'Z' | b'X') | Err(_)) {
-                    gone = true;
-                }
-            }
-            let cpu_now = m.clock.read();
-            if gone || cpu_now.is_err() {
-                self.unmanage(now, task);
-                continue;
-            }
-            let cpu_now = cpu_now.expect("checked");
-            let ran = cpu_now.saturating_sub(m.cpu_ns);
-            m.cpu_ns = cpu_now;
-            m.unaccounted += ran;
-            // Real-time CPU is charged to the grants it ran under (crate::budget).
-            if let Some(by) = std::mem::replace(&mut m.rt_since_read, m.rt) {
-                if ran > 0 {
-                    m.episode_rt += ran;
-                    if let RtBy::Sched(s) = by {
-                        if let Some(b) = self.sched_budgets.get_mut(&s.0) {
-                            b.charge(now, ran);
-                        }
-                    }
-                    if let Some(b) = self.uid_budgets.get_mut(&m.uid) {
+        }
+        for id in exited {
+            self.thread_exited(now, id);
+        }
+    }
+
+    /// Reads one managed thread (see `poll`) and tells the dispatcher what changed.
+    /// False: the thread is gone.
+    fn read_task(&mut self, now: Ns, id: u32) -> bool {
+        let task = TaskId(id);
+        let Some(m) = self.tasks.get_mut(&id) else {
+            return true;
+        };
+        let stopped = self.groups.get(&m.pid).is_some_and(|g| g.stopped);
+        // Runnable: as the BPF events last said if it is watched, else read from /proc. A
+        // thread of a process the agent stopped is not read (it cannot block while
+        // stopped): it stays as it was when the process was stopped.
+        let runnable =
+            if m.watched || stopped { Ok(m.run || m.applied == KState::Held) } else { m.stat.runnable().inspect(|&r| m.run = r) };
+        let (Ok(runnable), Ok(cpu_now)) = (runnable, m.runtime.read()) else {
+            return false;
+        };
+        let woke_at = m.woke_at.take();
+        let ran = cpu_now.saturating_sub(m.cpu_ns);
+        m.cpu_ns = cpu_now;
+        m.read_at = now;
+        m.unaccounted += ran;
+        sample(&mut m.samples, now, cpu_now);
+        // Real-time CPU is charged to the grants it ran under (crate::budget).
+        if let Some(by) = std::mem::replace(&mut m.rt_since_read, m.rt) {
+            if ran > 0 {
+                m.episode_rt += ran;
+                if let RtBy::Sched(s) = by {
+                    if let Some(b) = self.sched_budgets.get_mut(&s.0) {
                         b.charge(now, ran);
                     }
                 }
-            }
-            if m.samples.back().is_none_or(|&(t, _)| now >= t + 100 * MS) {
-                m.samples.push_back((now, cpu_now));
-                while m.samples.len() > 11 {
-                    m.samples.pop_front();
+                let uid = self.groups.get(&m.pid).map_or(0, |g| g.uid);
+                if let Some(b) = self.uid_budgets.get_mut(&uid) {
+                    b.charge(now, ran);
                 }
-            }
-            let last_cpu = m.last_cpu;
-            // CPU used is told to the dispatcher while it has the task running. A task also
-            // runs when the dispatcher does not know it: armed, from its wake until the
-            // next poll; parked, on a CPU nothing else wants. That time is told at its next
-            // dispatch, with the run it started, rather than as a separate run: a policy
-            // charging whole quanta per run (BVT's mcu, §2) would otherwise charge a full
-            // mcu for each sliver. Past one second untold it is told anyway.
-            let unaccounted = m.unaccounted;
-            let cpu = match self.drv.disp.state(task) {
-                TaskState::Running(c) => Some(c),
-                _ if unaccounted >= SEC => Some(CpuId(last_cpu.unwrap_or(0))),
-                _ => None,
-            };
-            if let (Some(cpu), true) = (cpu, unaccounted > 0) {
-                m.unaccounted = 0;
-                self.drv.disp.account(now, task, cpu, unaccounted);
-            }
-            let st = self.drv.disp.state(task);
-            if let Some(tr) = self.trace.as_mut() {
-                use std::io::Write;
-                if runnable != st.is_runnable() || ran > 0 {
-                    let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
-                }
-            }
-            if runnable != st.is_runnable() {
-                self.changes += 1;
-                if let (Some(t), Some(m)) = (self.chrome.as_mut(), self.tasks.get(&task.0)) {
-                    t.runnable(now, m.pid as u32, runnable);
-                }
-            }
-            // An armed task is already running where it was armed (the kernel ran it the
-            // instant it woke): policies may prefer that CPU (`Wake::cpu`).
-            let armed = self.tasks.get(&id).and_then(|m| match m.want {
-                KState::Armed { cpu } => Some(CpuId(cpu)),
-                _ => None,
-            });
-            if runnable && st == TaskState::Blocked {
-                self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
-                if let Some(m) = self.tasks.get_mut(&id) {
-                    m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
-                }
-            } else if !runnable && st.is_runnable() {
-                if let Some(cpu) = self.drv.disp.block(now, task, Block { voluntary: true }) {
-                    self.request_resched(cpu);
-                }
-                if let Some(m) = self.tasks.get_mut(&id) {
-                    m.runnable_since = None;
-                    // A voluntary block ends a warp episode (BVT §2.2).
-                    m.episode_rt = 0;
-                }
-            } else if let (Some(cpu), Some(_), false) = (armed, woke_at, runnable) {
-                self.replay_run(now, task, cpu);
-            }
-            if rescan {
-                self.rescan(now, id);
             }
         }
+        // CPU given by a scheduler's decisions (its measured share, `ctl hierarchy`).
+        let st = self.drv.disp.state(task);
+        let decider = match st {
+            TaskState::Running(_) => self.drv.disp.ran_by(task),
+            _ => None,
+        };
+        if let Some(s) = std::mem::replace(&mut m.ran_under, decider) {
+            if ran > 0 {
+                let u = self.sched_use.entry(s.0).or_default();
+                u.total += ran;
+                sample(&mut u.samples, now, u.total);
+            }
+        }
+        let last_cpu = m.last_cpu;
+        // CPU used is told to the dispatcher while it has the task running. A task also
+        // runs when the dispatcher does not know it: armed, from its wake until the
+        // next poll; parked, on a CPU nothing else wants. That time is told at its next
+        // dispatch, with the run it started, rather than as a separate run: a policy
+        // charging whole quanta per run (BVT's mcu, §2) would otherwise charge a full
+        // mcu for each sliver. Past one second untold it is told anyway.
+        let unaccounted = m.unaccounted;
+        let cpu = match st {
+            TaskState::Running(c) => Some(c),
+            _ if unaccounted >= SEC => Some(CpuId(last_cpu.unwrap_or(0))),
+            _ => None,
+        };
+        if let (Some(cpu), true) = (cpu, unaccounted > 0) {
+            m.unaccounted = 0;
+            self.drv.disp.account(now, task, cpu, unaccounted);
+        }
+        let st = self.drv.disp.state(task);
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            if runnable != st.is_runnable() || ran > 0 {
+                let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
+            }
+        }
+        if runnable != st.is_runnable() {
+            self.changes += 1;
+            self.touch(id);
+            if let (Some(t), Some(m)) = (self.chrome.as_mut(), self.tasks.get(&id)) {
+                t.runnable(now, m.tid as u32, runnable);
+            }
+        }
+        // An armed task is already running where it was armed (the kernel ran it the
+        // instant it woke): policies may prefer that CPU (`Wake::cpu`).
+        let m = &self.tasks[&id];
+        let armed = match m.want {
+            KState::Armed { cpu } => Some(CpuId(cpu)),
+            _ => None,
+        };
+        let pid = m.pid;
+        if runnable && st == TaskState::Blocked {
+            self.weight_at_wake(now, id);
+            self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: armed, ..Wake::default() });
+            if let Some(m) = self.tasks.get_mut(&id) {
+                m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
+            }
+            self.rebalance(now, pid);
+        } else if !runnable && st.is_runnable() {
+            if let Some(cpu) = self.drv.disp.block(now, task, Block { voluntary: true }) {
+                self.request_resched(cpu);
+            }
+            if let Some(m) = self.tasks.get_mut(&id) {
+                m.runnable_since = None;
+                // A voluntary block ends a warp episode (BVT §2.2).
+                m.episode_rt = 0;
+            }
+            self.rebalance(now, pid);
+        } else if let (Some(cpu), Some(_), false) = (armed, woke_at, runnable) {
+            self.replay_run(now, task, cpu);
+        }
+        true
     }
 
-    /// An armed process woke and blocked again since the last pass (a quiet wake, or a run
+    /// An armed thread woke and blocked again since the last pass (a quiet wake, or a run
     /// shorter than the dispatcher's wake-up): the kernel ran it on `cpu`, where it was
     /// armed, the instant it woke. The policy is told what happened, in order: the wake
     /// (and the decisions it leads to), the CPU it used (told at its dispatch, as for any
@@ -380,6 +443,7 @@ impl Agent {
     fn replay_run(&mut self, now: Ns, task: TaskId, cpu: CpuId) {
         self.changes += 1;
         self.replayed_runs += 1;
+        self.touch(task.0);
         self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: Some(cpu), ..Wake::default() });
         if let Some(m) = self.tasks.get_mut(&task.0) {
             m.runnable_since = None;
@@ -403,15 +467,18 @@ impl Agent {
         }
     }
 
-    /// The CPU-clock timers of these tasks (the values their signals carried: task ids)
-    /// fired: each such process is read at this pass, and its timer set again from there.
-    pub fn cpu_timers_fired(&mut self, tasks: &[u64]) {
-        for &t in tasks {
-            if let Some(m) = u32::try_from(t).ok().and_then(|t| self.tasks.get_mut(&t)).filter(|m| m.bound_at != 0) {
-                m.evented = true;
-                m.bound_at = 0;
-                self.bounds_fired += 1;
-            }
+    /// The CPU-clock timers of these processes (the values their signals carried: pids)
+    /// fired: their real-time and armed threads are read at this pass, and the timer set
+    /// again from there.
+    pub fn cpu_timers_fired(&mut self, tags: &[u64]) {
+        for &t in tags {
+            let Some(g) = i32::try_from(t).ok().and_then(|p| self.groups.get_mut(&p)).filter(|g| g.timer_at != 0) else {
+                continue;
+            };
+            g.timer_at = 0;
+            self.bounds_fired += 1;
+            let ids: Vec<u32> = g.threads.values().copied().filter(|id| self.watch.contains(id)).collect();
+            self.evented.extend(ids);
         }
     }
 
@@ -442,18 +509,23 @@ impl Hooks for Agent {
         if d.map(|d| d.task) != before {
             self.changes += 1;
         }
+        if let Some(b) = before {
+            self.dirty.insert(b.0);
+        }
         if let Some(tr) = self.trace.as_mut() {
             use std::io::Write;
             let _ = writeln!(tr, "{} schedule cpu{c} {why:?} -> {d:?}", now / 1000);
         }
         if let Some(t) = self.chrome.as_mut() {
-            let by = d.and_then(|d| Some((self.tasks.get(&d.task.0)?.pid as u32, self.drv.disp.sched_name(d.by).unwrap_or("?"))));
+            let by = d.and_then(|d| Some((self.tasks.get(&d.task.0)?.tid as u32, self.drv.disp.sched_name(d.by).unwrap_or("?"))));
             t.decision(now, c, by);
         }
         self.slice_end[c as usize] = d.and_then(|d| d.slice).map(|s| now.saturating_add(s));
         if let Some(d) = d {
+            self.dirty.insert(d.task.0);
             if let Some(m) = self.tasks.get_mut(&d.task.0) {
                 m.last_cpu = Some(c);
+                m.ran_under.get_or_insert(d.by);
                 if let Some(since) = m.runnable_since.take() {
                     if m.lat.len() == LAT_SAMPLES {
                         m.lat.pop_front();
