@@ -67,7 +67,7 @@ fn machine(file: Option<&Path>) -> Result<MachineModel> {
 pub fn twin(a: TwinArgs) -> Result<ExitCode> {
     let duration =
         a.duration.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--duration {:?}", a.duration))?;
-    let opts = Options { machine: machine(a.machine.as_deref())?, policy: a.policy, duration, stalls: a.stalls };
+    let opts = Options { machine: machine(a.machine.as_deref())?, policy: a.policy, duration, stalls: a.stalls, kernel: a.kernel };
     let w = Workload::load(&a.file, &opts).map_err(anyhow::Error::msg)?;
     let sim = twin::simulate(&w, &opts).map_err(anyhow::Error::msg)?;
     let real = if a.sim_only {
@@ -107,7 +107,9 @@ pub fn twin(a: TwinArgs) -> Result<ExitCode> {
 }
 
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
-    let m = vassal_lab::calibrate::measure(&mut |step| eprintln!("vassal calibrate: {step}…")).map_err(anyhow::Error::msg)?;
+    let exe = std::env::current_exe().ok();
+    let m =
+        vassal_lab::calibrate::measure(exe.as_deref(), &mut |step| eprintln!("vassal calibrate: {step}…")).map_err(anyhow::Error::msg)?;
     std::fs::write(&a.out, m.to_toml()).with_context(|| format!("cannot write {}", a.out.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&m)?);

@@ -56,6 +56,13 @@ pub struct MachineModel {
     pub stolen_ppm: u64,
     /// rt-app's busy loop, ns per iteration (None: rt-app was not measured).
     pub rtapp_ns_per_loop: Option<f64>,
+    /// The same timer wake-up latency, p50 and p99, for a thread the agent schedules in
+    /// a loaded scheduler (`rt`, kind fps): each wake-up costs a dispatcher pass before
+    /// the thread runs (None: not measured).
+    #[serde(default)]
+    pub agent_wake_latency_ns: Option<u64>,
+    #[serde(default)]
+    pub agent_wake_latency_p99_ns: Option<u64>,
 }
 
 /// HZ from the coarse clock's resolution (one jiffy); 250 if it cannot be read.
@@ -89,6 +96,8 @@ impl MachineModel {
             stall_max_ns: 0,
             stolen_ppm: 0,
             rtapp_ns_per_loop: None,
+            agent_wake_latency_ns: None,
+            agent_wake_latency_p99_ns: None,
         }
     }
 
@@ -116,6 +125,8 @@ impl MachineModel {
             ("stall_p50_ns", m.stall_p50_ns),
             ("stall_p99_ns", m.stall_p99_ns),
             ("stall_max_ns", m.stall_max_ns),
+            ("agent_wake_latency_ns", m.agent_wake_latency_ns.unwrap_or(0)),
+            ("agent_wake_latency_p99_ns", m.agent_wake_latency_p99_ns.unwrap_or(0)),
         ] {
             if v >= 1_000_000_000 {
                 return bad(k, &format!("{v} ns is a second or more: not a cost of this kind"));
@@ -316,8 +327,36 @@ fn rtapp_loop(dir: &Path) -> Result<f64, String> {
     Ok((per_loop[per_loop.len() / 2] * 100.0).round() / 100.0)
 }
 
-/// Measures this machine (root; about 4 s). `progress` is told each step.
-pub fn measure(progress: &mut dyn FnMut(&str)) -> Result<MachineModel, String> {
+/// Timer wake-up latencies under the agent: a fresh agent (`exe agent`, under a kill
+/// timer) with an `rt` scheduler of kind fps; a thread of ours joins it and sleeps to
+/// 1 ms deadlines, as [`timer_latencies`]; the agent is stopped (SIGTERM: the thread
+/// restored) before this returns.
+fn agent_latencies(exe: &Path, n: usize) -> Result<Vec<u64>, String> {
+    let config = "tick = \"1ms\"\n[[scheduler]]\nname = \"rt\"\nkind = \"fps\"\nusage = { reserved = { cpus = 0.5 } }\n";
+    let agent = crate::real::AgentProcess::start(exe, config, 30).map_err(|e| format!("starting the agent: {e}"))?;
+    let mut client = agent.client().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || -> Result<Vec<u64>, String> {
+        client.join(Some("rt")).map_err(|e| format!("joining rt: {e}"))?;
+        let (pid, tid) = (std::process::id() as i32, kernel::gettid());
+        let call = vassal_agent::wire::Call::Param { pid, tid: Some(tid), name: "priority".into(), value: 10 };
+        client.ok(&call).map_err(|e| format!("priority: {e}"))?;
+        let mut out = Vec::with_capacity(n);
+        let mut next = now_ns() + 20_000_000;
+        for _ in 0..n {
+            kernel::sleep_until(next);
+            let now = now_ns();
+            out.push(now.saturating_sub(next));
+            next = (next + 1_000_000).max(now + 500_000);
+        }
+        Ok(out)
+    })
+    .join()
+    .map_err(|_| "the measuring thread panicked".to_string())?
+}
+
+/// Measures this machine (root; about 5 s). `exe` is the vassal binary, to measure the
+/// agent's wake-ups too (None: not measured). `progress` is told each step.
+pub fn measure(exe: Option<&Path>, progress: &mut dyn FnMut(&str)) -> Result<MachineModel, String> {
     if !kernel::is_root() {
         return Err("vassal calibrate needs root (its measuring threads run at SCHED_FIFO)".into());
     }
@@ -368,6 +407,17 @@ pub fn measure(progress: &mut dyn FnMut(&str)) -> Result<MachineModel, String> {
         Ok(l) => m.rtapp_ns_per_loop = Some(l),
         Err(e) => notes = format!("; rt-app not measured: {}", e.lines().next().unwrap_or_default()),
     }
+    if let Some(exe) = exe {
+        progress("timer wake-up latency under the agent (a thread of its rt scheduler)");
+        match agent_latencies(exe, 1000) {
+            Ok(mut l) => {
+                l.sort_unstable();
+                m.agent_wake_latency_ns = Some(pct(&l, 0.5));
+                m.agent_wake_latency_p99_ns = Some(pct(&l, 0.99));
+            }
+            Err(e) => notes.push_str(&format!("; the agent not measured: {}", e.lines().next().unwrap_or_default())),
+        }
+    }
     let mut uts: libc::utsname = unsafe_zeroed_utsname();
     // SAFETY: uname writes into a struct we own.
     let kernel_release = if unsafe { libc::uname(&mut uts) } == 0 {
@@ -376,7 +426,7 @@ pub fn measure(progress: &mut dyn FnMut(&str)) -> Result<MachineModel, String> {
     } else {
         "?".into()
     };
-    m.source = format!("vassal calibrate, Linux {kernel_release}, at CLOCK_REALTIME {}s{notes}", realtime_s());
+    m.source = format!("vassal calibrate, Linux {kernel_release}, {}{notes}", utc_now());
     Ok(m)
 }
 
@@ -385,8 +435,20 @@ fn unsafe_zeroed_utsname() -> libc::utsname {
     unsafe { std::mem::zeroed() }
 }
 
-fn realtime_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+/// Now as "YYYY-MM-DD HH:MM UTC" (the civil-from-days algorithm of H. Hinnant).
+fn utc_now() -> String {
+    let s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
 }
 
 #[cfg(test)]
@@ -398,6 +460,7 @@ mod tests {
         let mut m = MachineModel::default_here();
         m.rtapp_ns_per_loop = Some(16.25);
         m.stalls_per_s = 3.5;
+        m.agent_wake_latency_ns = Some(90_000);
         let text = m.to_toml();
         assert!(text.starts_with("# A machine model"), "{text}");
         assert_eq!(MachineModel::parse(&text).unwrap(), m);
@@ -420,6 +483,12 @@ mod tests {
         assert!(e.contains("stalls_per_s"), "{e}");
         let e = MachineModel::parse("cpus = 2\n").unwrap_err();
         assert!(e.contains("missing field"), "{e}");
+    }
+
+    #[test]
+    fn the_date_is_civil() {
+        let d = utc_now();
+        assert!(d.len() == 20 && d.ends_with(" UTC") && d.starts_with("20"), "{d}");
     }
 
     #[test]

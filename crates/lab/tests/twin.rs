@@ -16,7 +16,7 @@ fn machine(cpus: u16, switch: u64, wake: u64) -> MachineModel {
 }
 
 fn opts(m: MachineModel, ms: u64) -> Options {
-    Options { machine: m, policy: None, duration: Some(ms * 1_000_000), stalls: false }
+    Options { machine: m, policy: None, duration: Some(ms * 1_000_000), stalls: false, kernel: false }
 }
 
 fn sim(json: &str, o: &Options) -> (Workload, twin::SimSide) {
@@ -165,4 +165,21 @@ fn the_simulated_side_renders() {
     assert!(page.contains("<svg") && page.contains("simulated, 0–100 ms"), "an HTML page with the timelines");
     let e = Workload::parse(json, "t", &Options { duration: None, ..o }).unwrap_err();
     assert!(e.contains("--duration"), "{e}");
+}
+
+/// The simulated timer wake-up is the agent's when the model has it and the real side is
+/// the agent; the kernel's with --kernel (or without an agent figure).
+#[test]
+fn the_simulated_wake_up_is_the_one_of_the_real_side() {
+    let mut m = machine(1, 0, 30_000);
+    m.agent_wake_latency_ns = Some(90_000);
+    let json = r#"{ "tasks": { "a": { "run": 1000, "timer": { "ref": "unique", "period": 10000 } } } }"#;
+    let agent = opts(m.clone(), 50);
+    let (_, s) = sim(json, &agent);
+    assert_eq!(s.summaries[0].wu_lat_p50_us, Some(90.0));
+    let (_, s) = sim(json, &Options { kernel: true, ..agent });
+    assert_eq!(s.summaries[0].wu_lat_p50_us, Some(30.0));
+    m.agent_wake_latency_ns = None;
+    let (_, s) = sim(json, &opts(m, 50));
+    assert_eq!(s.summaries[0].wu_lat_p50_us, Some(30.0));
 }

@@ -9,9 +9,10 @@
 //! scheduler; on the machine the thread joins the agent's scheduler of that name with
 //! those parameters, in a hierarchy the agent is configured with from the same scenario
 //! ([`live::agent_config`]). The simulated machine is the machine model of `vassal
-//! calibrate` ([`crate::calibrate`]): CPUs, HZ, switch cost, timer wake-up latency, and
-//! rt-app's loop speed (the simulated `run` events do exactly the work rt-app's
-//! calibrated loops do).
+//! calibrate` ([`crate::calibrate`]): CPUs, HZ, switch cost, timer wake-up latency (the
+//! agent's, measured with a thread of a loaded scheduler, unless the real side is the
+//! kernel), and rt-app's loop speed (the simulated `run` events do exactly the work
+//! rt-app's calibrated loops do).
 //!
 //! Modules: [`log`] (rt-app's per-loop rows, real and simulated, and the summaries),
 //! [`strict`] (the file as the real rt-app gets it), [`live`] (the real run: root, time
@@ -51,6 +52,9 @@ pub struct Options {
     pub duration: Option<Ns>,
     /// Simulate the machine model's stalls as unscheduled time.
     pub stalls: bool,
+    /// The real side runs under the kernel's scheduler, not the agent: the simulated
+    /// timer wake-up is the kernel's (else the agent's, when the model has it).
+    pub kernel: bool,
 }
 
 /// One rt-app thread instance: what it is called in both worlds and how it is scheduled.
@@ -158,7 +162,10 @@ pub fn scenario(w: &Workload, opts: &Options) -> Result<(Scenario, Vec<Vec<LoopS
     let (mut sc, loops) = build::to_scenario_with_loops(&w.app, &w.name, &ropts).map_err(|e| e.to_string())?;
     sc.machine.hz = m.hz;
     sc.machine.switch_cost = m.switch_cost_ns;
-    sc.machine.wake_latency = m.wake_latency_ns;
+    sc.machine.wake_latency = match (opts.kernel, m.agent_wake_latency_ns) {
+        (false, Some(a)) => a,
+        _ => m.wake_latency_ns,
+    };
     if opts.stalls && m.stalls_per_s > 0.0 {
         let every = (SEC as f64 / m.stalls_per_s) as Ns;
         sc.machine.unscheduled = Some(Unscheduled { interval: Dist::Exp(every.max(1)), duration: Dist::Exp(m.stall_p50_ns.max(1)) });
