@@ -51,6 +51,16 @@ impl Recorder {
             }
             mounted = true;
         }
+        // an instance left by a `vassal twin` that was killed: removed (by its pid)
+        if let Ok(rd) = std::fs::read_dir(root.join("instances")) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name.strip_prefix("vassal-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+                if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
         let dir = root.join("instances").join(format!("vassal-{}-{}", std::process::id(), vassal_agent::kernel::now_ns()));
         if let Err(e) = std::fs::create_dir(&dir) {
             Self::unmount(mounted);
