@@ -3,6 +3,7 @@
 mod agent_cmd;
 mod report_cmd;
 mod sweep;
+mod twin_cmd;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -168,6 +169,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One rt-app workload, simulated on a model of this machine and run for real (root)
+    /// with its threads under the agent — or the kernel's scheduler with --kernel — side
+    /// by side per thread: CPU share, wake-up latency, slack, missed periods, run time,
+    /// sim − real (docs/twin.md).
+    Twin(twin_cmd::TwinArgs),
+    /// Measure this machine (root, ~4 s): switch cost, timer wake-up latency, wake-ups
+    /// across CPUs, stalls, rt-app's loop; write the machine model `vassal twin` uses.
+    Calibrate(twin_cmd::CalibrateArgs),
     /// List the policy kinds that can be named in a scenario.
     Policies,
     /// The Linux agent (root): broker, dispatcher and guardian (docs/agent.md).
@@ -334,6 +343,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             sweep::run(&file, variant, out, json, jobs)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Twin(a) => twin_cmd::twin(a),
+        Cmd::Calibrate(a) => twin_cmd::calibrate(a),
         Cmd::Agent(a) => agent_cmd::agent(a),
         Cmd::Run(a) => agent_cmd::run(a),
         Cmd::Ctl(a) => agent_cmd::ctl(a),

@@ -163,8 +163,16 @@ pub fn periodic_set(n: u64, cpus: u16, util: f64, policy: PolicySpec, until: u64
             }
         })
         .collect();
-    let machine =
-        Machine { cpus, clock: ClockMode::OneShot, hz: 0, switch_cost: 0, migration_cost: 0, unscheduled: None, min_best_effort_ppm: None };
+    let machine = Machine {
+        cpus,
+        clock: ClockMode::OneShot,
+        hz: 0,
+        switch_cost: 0,
+        migration_cost: 0,
+        wake_latency: 0,
+        unscheduled: None,
+        min_best_effort_ppm: None,
+    };
     Scenario::of_tasks(&format!("bench-periodic-{}-{cpus}cpu", policy.kind), machine, policy, tasks, until)
 }
 
@@ -223,6 +231,7 @@ pub fn thousand_tasks(until: u64) -> Scenario {
         hz: 250,
         switch_cost: 3_000,
         migration_cost: 10_000,
+        wake_latency: 0,
         unscheduled: None,
         min_best_effort_ppm: None,
     };

@@ -116,6 +116,7 @@ fn machine() -> Machine {
         hz: vassal_sim::scenario::DEFAULT_HZ,
         switch_cost: 0,
         migration_cost: 0,
+        wake_latency: 0,
         unscheduled: None,
         min_best_effort_ppm: None,
     }

@@ -43,7 +43,7 @@ svg .title { font-size: 13px; font-weight: bold; fill: #222; } svg .legend { fon
 nav a { margin-right: 1em; }
 ";
 
-fn page(title: &str, body: &str) -> String {
+pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
         esc(title)

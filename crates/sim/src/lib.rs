@@ -16,5 +16,5 @@ pub mod rtapp;
 pub mod scenario;
 pub mod swap;
 
-pub use engine::{simulate, simulate_with, JobRecord, Mark, MarkKind, Sim, SimError, Slice, Trace, VtSample};
+pub use engine::{simulate, simulate_with, JobRecord, Mark, MarkKind, Sim, SimError, Slice, StepMark, Trace, VtSample};
 pub use report::Report;

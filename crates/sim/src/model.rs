@@ -62,6 +62,9 @@ pub struct Machine {
     pub hz: u32,
     pub switch_cost: Ns,
     pub migration_cost: Ns,
+    /// How long after its time a task wakes from a timed wait of its own (any voluntary
+    /// sleep or timer: the machine's timer interrupt and wake-up path; 0 = at once).
+    pub wake_latency: Ns,
     pub unscheduled: Option<Unscheduled>,
     /// Least share left to best-effort work (None: the hierarchy's default).
     pub min_best_effort_ppm: Option<u64>,
@@ -129,8 +132,9 @@ pub enum Phase {
     /// rt-app's `timer` event on timer number `timer` (rt-app's timer refs): the task's
     /// own timer, or with `shared` one timer of the scenario that every task naming it
     /// advances (rt-app's timers not named `unique…`). The timer's next expiry is its
-    /// previous one plus `period` (the first one period after a task first reaches a
-    /// phase with this timer); the task sleeps until then. If that is already past it
+    /// previous one plus `period` (the first one period after the task's start, as
+    /// Debian's rt-app 1.0 counts it from the thread's start and `delay`; for a shared
+    /// timer, the start of the first task to use it); the task sleeps until then. If that is already past it
     /// does not sleep; in `relative` mode the timer then restarts from now, in absolute
     /// mode it keeps its schedule (and later expiries may be past too). Quantised to
     /// ticks under the tick clock.

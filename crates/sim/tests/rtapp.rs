@@ -109,13 +109,13 @@ fn runtime_counts_wall_time_run_counts_cpu_time() {
 
 /// rt-app's timer modes when a run overruns the period (tutorial: "relative" restarts
 /// the timer from the late instant, "absolute" keeps the original schedule). The thread
-/// runs 15 ms, timer, 1 ms, timer (one timer, period 10 ms); the timer starts at its first
-/// use (15 ms), so the first expiry is at 25 ms and the second at 35 ms. From 35 ms on,
-/// each 15 ms run overruns the next expiry: relative mode restarts the timer at the end
-/// of the run (next expiry 10 ms after it: a 25 ms cycle), absolute mode keeps the
-/// 10 ms grid (a 20 ms cycle). Over 1 s: relative 16 + 38 × 16 + 15 = 639 ms of CPU
-/// (cycles at 35 + 25k, the last cut at 15 ms by the horizon); absolute 16 + 48 × 16 + 5
-/// = 789 ms (cycles at 35 + 20k, the last cut at 5 ms).
+/// runs 15 ms, timer, 1 ms, timer (one timer, period 10 ms); the timer starts at the
+/// thread's start, as Debian's rt-app 1.0 starts it (measured: docs/rtapp.md), so its first
+/// expiry, 10 ms, has passed at the first use (15 ms). Relative mode restarts it then
+/// (next expiry 25 ms) and at every overrun: a 25 ms cycle of 16 ms of CPU from 0, 25,
+/// 50, …; absolute mode keeps the 10 ms grid (expiries 20, 40, …): a 20 ms cycle from 0,
+/// 20, 40, …. Over 1 s: relative 40 cycles (0 … 975) × 16 = 640 ms; absolute 50 cycles
+/// (0 … 980) × 16 = 800 ms.
 #[test]
 fn timer_modes_follow_rt_app() {
     let w = |mode: &str| {
@@ -125,15 +125,15 @@ fn timer_modes_follow_rt_app() {
                 "run1": 1000, "timer1": {{ "ref": "a", "period": 10000, "mode": "{mode}" }} }} }} }}"#
         )
     };
-    assert_eq!(cpu_ms(&run(parse(&w("relative")).unwrap()), "t"), 639.0);
-    assert_eq!(cpu_ms(&run(parse(&w("absolute")).unwrap()), "t"), 789.0);
+    assert_eq!(cpu_ms(&run(parse(&w("relative")).unwrap()), "t"), 640.0);
+    assert_eq!(cpu_ms(&run(parse(&w("absolute")).unwrap()), "t"), 800.0);
 }
 
 /// A thread's timers are separate (rt-app's refs). 1 ms run + timer A (10 ms), 1 ms
-/// run + timer B (20 ms), looping: A starts at 1 ms (expiry 11), B at 12 ms (expiry 32);
-/// from 32 ms on A is always late (relative: restarted, no sleep) and B paces the loop,
-/// every 20 ms: 2 ms + 49 cycles × 2 ms = 100 ms of CPU in 1 s. (One shared timer would
-/// pace it every 30 ms.)
+/// run + timer B (20 ms), looping; both start with the thread: A's first expiry is at
+/// 10 ms, B's at 20 ms; from 20 ms on A is always late (relative: restarted, no sleep)
+/// and B paces the loop, every 20 ms: 2 ms + 49 cycles × 2 ms = 100 ms of CPU in 1 s.
+/// (One shared timer would pace it every 30 ms.)
 #[test]
 fn each_timer_ref_is_its_own_timer() {
     let sc = parse(
@@ -176,4 +176,17 @@ fn until_overrides_duration_and_cpus_size_the_machine() {
     assert_eq!(sc.machine.cpus, 3);
     let e = parse_rtapp(json, "t", &Options { until: Some(MS), cpus: Some(2), ..Options::default() }).unwrap_err();
     assert!(e.starts_with("1:29: cpus: CPU 2 is not on the 2-CPU machine (use --cpus)"), "{e}");
+}
+
+/// The machine's timer wake-up latency delays every wake-up from a sleep: 1 ms of run
+/// and 1 ms of sleep is a 2 ms cycle (500 runs in 1 s) on an ideal machine, a 2.05 ms
+/// one with a 50 µs wake-up latency: the 488th run starts at 487 × 2.05 = 998.35 ms
+/// and ends in time, so 488 ms of CPU.
+#[test]
+fn the_wake_latency_delays_each_wake_up_from_a_sleep() {
+    let json = r#"{ "global": { "duration": 1 }, "tasks": { "a": { "run": 1000, "sleep": 1000 } } }"#;
+    assert_eq!(cpu_ms(&run(parse(json).unwrap()), "a"), 500.0);
+    let mut sc = parse(json).unwrap();
+    sc.machine.wake_latency = 50_000;
+    assert_eq!(cpu_ms(&run(sc), "a"), 488.0);
 }

@@ -229,7 +229,8 @@ fn timers_are_shared_by_name() {
         )
     };
     let r = run(&w("t"));
-    // a: runs at 0, waits for 11 ms, then 31, 51, … 991 (50 + 1 runs); b: 21, 41, … 981
+    // the timer starts at 0: a runs at 0, waits for 10 ms, then 30, 50, … 990 (51 runs);
+    // b runs at 0, waits for 20 ms, then 40, … 980 (50 runs)
     assert_eq!((cpu_ms(&r, "a"), cpu_ms(&r, "b")), (51.0, 50.0));
     let r = run(&w("unique"));
     assert_eq!((cpu_ms(&r, "a"), cpu_ms(&r, "b")), (100.0, 100.0));

@@ -127,6 +127,7 @@ clock = "tick"
 hz = 1000
 switch_cost = "5us"
 migration_cost = "20us"
+wake_latency = "30us"
 min_best_effort = 0.05
 [machine.unscheduled]
 interval = { exp = "1ms" }
@@ -206,7 +207,7 @@ warp = true
     assert_eq!(s.seed, 42);
     let m = &s.machine;
     assert_eq!((m.cpus, m.clock, m.hz), (4, ClockMode::Tick, 1000));
-    assert_eq!((m.switch_cost, m.migration_cost), (5 * US, 20 * US));
+    assert_eq!((m.switch_cost, m.migration_cost, m.wake_latency), (5 * US, 20 * US, 30 * US));
     assert_eq!(m.min_best_effort_ppm, Some(200_000)); // 5% of 4 CPUs = 0.2 of one CPU
     let u = m.unscheduled.as_ref().unwrap();
     assert_eq!(u.interval, Dist::Exp(MS));

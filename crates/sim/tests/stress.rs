@@ -187,6 +187,7 @@ fn stress_scenario(until: Ns, seed: u64) -> Scenario {
             hz: 250,
             switch_cost: 3 * US,
             migration_cost: 15 * US,
+            wake_latency: 0,
             unscheduled: Some(Unscheduled { interval: Dist::Exp(5 * MS), duration: Dist::Exp(20 * US), also: Vec::new() }),
             min_best_effort_ppm: None,
         },

@@ -94,6 +94,7 @@ fn scenario(set: &Set) -> Scenario {
         hz: 0,
         switch_cost: 0,
         migration_cost: 0,
+        wake_latency: 0,
         unscheduled: None,
         min_best_effort_ppm: None,
     };

@@ -111,6 +111,20 @@ pub struct Trace {
     /// jobs) that finished, in the order they finished, then those unfinished at the
     /// horizon (`end` None). Jobs abandoned by their behaviour are not listed.
     pub jobs: Vec<JobRecord>,
+    /// Every step of a scripted task as it was taken, in order (a synchronisation step
+    /// reached before the task held a CPU is listed when it is taken on one).
+    pub steps: Vec<StepMark>,
+}
+
+/// Task `task` took step `step` (an index into its script) at `at`; for an rt-app timer,
+/// `expiry` is the timer's expiry it waits for (or, if that has passed, the one it
+/// missed). The lab reads rt-app's per-loop log from these (crates/lab/src/twin.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StepMark {
+    pub at: Ns,
+    pub task: usize,
+    pub step: usize,
+    pub expiry: Option<Ns>,
 }
 
 /// One job: its task, release, absolute deadline and when it finished (None: unfinished

@@ -293,6 +293,10 @@ impl Sim {
                 }
                 t.phase = 0;
             }
+            if let Some(tr) = &mut self.trace {
+                tr.steps.push(super::StepMark { at: now, task: i, step: t.phase, expiry: None });
+            }
+            let t = &mut self.tasks[i];
             let phase = &phases[t.phase];
             t.phase += 1;
             t.run_until = None;
@@ -369,6 +373,9 @@ impl Sim {
                 }
                 &Phase::RtTimer { period, relative, timer, shared } => {
                     self.metrics.iteration(i, false, now);
+                    // rt-app 1.0 (Debian's, measured: docs/rtapp.md) starts a timer at
+                    // the thread's start (its `delay`), not at its first use
+                    let start = self.sc.tasks[i].start;
                     let timers = match (shared, self.sync.as_deref_mut()) {
                         (true, Some(s)) => &mut s.timers,
                         _ => &mut self.tasks[i].rt_timers,
@@ -376,7 +383,14 @@ impl Sim {
                     if timers.len() <= timer {
                         timers.resize(timer + 1, None);
                     }
-                    let next = timers[timer].unwrap_or(now).saturating_add(period);
+                    let next = timers[timer].unwrap_or(start).saturating_add(period);
+                    if let Some(m) = self.trace.as_mut().and_then(|tr| tr.steps.last_mut()) {
+                        m.expiry = Some(next);
+                    }
+                    let timers = match (shared, self.sync.as_deref_mut()) {
+                        (true, Some(s)) => &mut s.timers,
+                        _ => &mut self.tasks[i].rt_timers,
+                    };
                     if now < next {
                         timers[timer] = Some(next);
                         return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
@@ -388,6 +402,10 @@ impl Sim {
                     // carried out on a CPU: a task reaching it while waking runs first
                     let running = matches!(self.drv.disp.state(t.id), TaskState::Running(_));
                     if !running && !matches!(op, SyncOp::Init(_)) {
+                        if let Some(tr) = &mut self.trace {
+                            tr.steps.pop(); // recorded again when it is taken on a CPU
+                        }
+                        let t = &mut self.tasks[i];
                         t.phase -= 1;
                         t.remaining = 0;
                         t.work = Work::Plain;
@@ -529,7 +547,9 @@ impl Sim {
     pub(super) fn arm_wait(&mut self, i: usize, voluntary: bool, wake_at: Option<Ns>) {
         if let Some(at) = wake_at {
             self.tasks[i].wait = Wait::Timer { voluntary };
-            let at = if voluntary { self.quantise(at) } else { at };
+            // a task's own timer wakes it `wake_latency` after its time (the machine's
+            // timer interrupt and wake-up path); an I/O completion is not delayed
+            let at = if voluntary { self.quantise(at).saturating_add(self.sc.machine.wake_latency) } else { at };
             self.set_timer(at.max(self.now), Timer::Wake(i), Ev::TaskWake(i));
         }
     }

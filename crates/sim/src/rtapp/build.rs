@@ -99,8 +99,25 @@ fn takes_time(p: &Phase) -> bool {
     }
 }
 
+/// Where one rt-app phase iteration begins in a task's script: rt-app logs a line per
+/// iteration of a phase (its log files' rows), and `vassal twin` reads the simulated
+/// rows from the steps the engine records (crates/lab/src/twin.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopStart {
+    /// The script step of the iteration's first event.
+    pub step: usize,
+    /// The phase, by its position in the thread's `phases`.
+    pub phase: usize,
+}
+
 /// Builds the scenario named `name`.
 pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, Error> {
+    to_scenario_with_loops(app, name, opts).map(|(sc, _)| sc)
+}
+
+/// Builds the scenario named `name`, with each task's [`LoopStart`]s (in scenario task
+/// order; a task whose script repeats lists one pass of it).
+pub fn to_scenario_with_loops(app: &RtApp, name: &str, opts: &Options) -> Result<(Scenario, Vec<Vec<LoopStart>>), Error> {
     let live: Vec<&Thread> = app.threads.iter().filter(|t| t.instances > 0).collect();
     if live.is_empty() {
         let at = app.threads.first().map_or(Pos::default(), |t| t.at);
@@ -213,6 +230,7 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
     }
 
     let mut tasks = Vec::new();
+    let mut loop_starts = Vec::new();
     for t in &app.threads {
         let path = format!("tasks.{}", t.name);
         let base = sched_sel(&t.sched, weighted);
@@ -224,6 +242,7 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
         let thread_cpus = t.cpus.as_ref().map_or(CpuSet::first(cpus), set_of);
         let mut unique: BTreeMap<&str, usize> = BTreeMap::new();
         let mut body: Vec<Phase> = Vec::new();
+        let mut body_starts: Vec<LoopStart> = Vec::new();
         for (k, ph) in t.phases.iter().enumerate() {
             let ppath = if t.phases.len() == 1 && ph.name == t.name { path.clone() } else { format!("{path}.phases.{}", ph.name) };
             let mut evs: Vec<Phase> = Vec::new();
@@ -266,6 +285,14 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
                     EventKind::Barrier(b) => Phase::Sync(SyncOp::Barrier { name: b.clone(), users: barrier_users[b.as_str()] }),
                 });
             }
+            if !evs.is_empty() {
+                let from = body.len();
+                let n = match ph.loops {
+                    Some(n) => n.min(MAX_EVENTS as u64) as usize,
+                    None => 1,
+                };
+                body_starts.extend((0..n).map(|j| LoopStart { step: from + j * evs.len(), phase: k }));
+            }
             match ph.loops {
                 Some(n) => body.extend(repeat(&evs, n, ph.at, &ppath)?),
                 None if t.phases.len() == 1 && t.loops.is_none() => body = evs,
@@ -289,6 +316,12 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
         if forever && !body.iter().any(takes_time) {
             return Err(err(t.at, &path, "the thread loops forever through events that take no time"));
         }
+        let prefix = script.len();
+        let passes = t.loops.unwrap_or(1).min(MAX_EVENTS as u64) as usize;
+        let blen = body.len();
+        let starts: Vec<LoopStart> = (0..passes)
+            .flat_map(|m| body_starts.iter().map(move |b| LoopStart { step: prefix + m * blen + b.step, phase: b.phase }))
+            .collect();
         let phases = match t.loops {
             None => {
                 script.extend(body);
@@ -322,6 +355,7 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
                 behaviour: behaviour.clone(),
                 loop_at: None,
             });
+            loop_starts.push(starts.clone());
         }
     }
 
@@ -348,7 +382,7 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
             unload_at: None,
         });
     }
-    Ok(Scenario {
+    let sc = Scenario {
         name: name.to_string(),
         machine: Machine {
             cpus,
@@ -356,6 +390,7 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
             hz: crate::scenario::DEFAULT_HZ,
             switch_cost: 0,
             migration_cost: 0,
+            wake_latency: 0,
             unscheduled: None,
             min_best_effort_ppm: None,
         },
@@ -367,5 +402,6 @@ pub fn to_scenario(app: &RtApp, name: &str, opts: &Options) -> Result<Scenario, 
         until,
         seed: 1,
         memory: None,
-    })
+    };
+    Ok((sc, loop_starts))
 }

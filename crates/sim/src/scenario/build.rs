@@ -431,6 +431,7 @@ impl Builder<'_> {
             hz,
             switch_cost: raw.switch_cost.map_or(0, |d| d.0),
             migration_cost: raw.migration_cost.map_or(0, |d| d.0),
+            wake_latency: raw.wake_latency.map_or(0, |d| d.0),
             unscheduled,
             min_best_effort_ppm,
         })

@@ -54,6 +54,7 @@ pub(super) struct RawMachine {
     pub(super) hz: Option<Spanned<u32>>,
     pub(super) switch_cost: Option<Dur>,
     pub(super) migration_cost: Option<Dur>,
+    pub(super) wake_latency: Option<Dur>,
     pub(super) min_best_effort: Option<Spanned<Finite>>,
     pub(super) unscheduled: Option<RawUnscheduled>,
 }
