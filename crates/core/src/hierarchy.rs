@@ -36,7 +36,7 @@
 use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{
     AttachInfo, Block, Ctx, Decision, Detach, Effect, Job, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, SwapAdvice,
-    TaskParams, TaskState, TaskView, Wake,
+    TaskParams, TaskState, TaskView, View, Wake,
 };
 use crate::time::{fmt_duration, Ns};
 use crate::usage::{check_conflict, HierarchyConfig, Usage};
@@ -158,25 +158,30 @@ struct TaskRec {
     waiting_since: Ns,
 }
 
-struct Tasks {
+pub(crate) struct Tasks {
     recs: Vec<TaskRec>,
     cpus: Vec<Option<TaskId>>,
 }
 
 impl TaskView for Tasks {
+    #[inline]
     fn state(&self, task: TaskId) -> TaskState {
         self.recs.get(task.0 as usize).map_or(TaskState::Dead, |r| r.state)
     }
+    #[inline]
     fn affinity(&self, task: TaskId) -> CpuSet {
         // A swapped-out task may run nowhere until it is loaded again.
         self.recs.get(task.0 as usize).filter(|r| !r.swapped_out).map_or(CpuSet::NONE, |r| r.affinity)
     }
+    #[inline]
     fn owner(&self, task: TaskId) -> Option<SchedId> {
         self.recs.get(task.0 as usize).filter(|r| r.state != TaskState::Dead).map(|r| r.owner)
     }
+    #[inline]
     fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
         self.recs.get(task.0 as usize).and_then(|r| r.last_cpu)
     }
+    #[inline]
     fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
         self.cpus.get(cpu.0 as usize).copied().flatten()
     }
@@ -325,7 +330,14 @@ impl Dispatcher {
         let slot = &mut self.scheds[idx];
         let id = slot.id;
         let before = self.effects.len();
-        let mut ctx = Ctx::new(now, self.ncpus, id, &mut self.effects, &mut self.exclusive, &self.tasks);
+        let mut ctx = Ctx {
+            now,
+            ncpus: self.ncpus,
+            sched: id,
+            effects: &mut self.effects,
+            exclusive: &mut self.exclusive,
+            view: View::Dispatcher(&self.tasks),
+        };
         let r = f(slot.policy.as_mut(), &mut ctx);
         if slot.guard.is_some() && !slot.failing {
             if let Some(why) = slot.policy.fault() {
@@ -713,6 +725,10 @@ impl Dispatcher {
             let Some(owner) = self.index_of(rec.owner) else {
                 return;
             };
+            // No scheduler is below the lowest one: none of its tasks preempts another.
+            if owner + 1 == self.scheds.len() {
+                return;
+            }
             let mut best: Option<(usize, bool, CpuId)> = None;
             for c in (0..self.ncpus).map(CpuId).filter(|&c| free(c)) {
                 let Some(running) = self.tasks.cpus[c.0 as usize] else {

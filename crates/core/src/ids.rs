@@ -51,6 +51,7 @@ impl CpuSet {
     pub fn only(cpu: CpuId) -> CpuSet {
         CpuSet(1u64 << cpu.0)
     }
+    #[inline]
     pub fn contains(self, cpu: CpuId) -> bool {
         cpu.0 < 64 && self.0 & (1u64 << cpu.0) != 0
     }

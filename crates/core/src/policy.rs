@@ -217,7 +217,26 @@ pub struct Ctx<'a> {
     pub(crate) sched: SchedId,
     pub(crate) effects: &'a mut Vec<Effect>,
     pub(crate) exclusive: &'a mut Vec<(TaskId, bool)>,
-    pub(crate) view: &'a dyn TaskView,
+    pub(crate) view: View<'a>,
+}
+
+/// What a context reads tasks from: the dispatcher's own table, called directly (a
+/// policy reads it in nearly every callback, and this spares a virtual call each time),
+/// or any other [`TaskView`] (tests, benchmarks, policies that wrap a view).
+#[derive(Clone, Copy)]
+pub(crate) enum View<'a> {
+    Dispatcher(&'a crate::hierarchy::Tasks),
+    Other(&'a dyn TaskView),
+}
+
+/// Reads through a [`View`]: the same call on either kind.
+macro_rules! read {
+    ($view:expr, $f:ident($arg:expr)) => {
+        match $view {
+            View::Dispatcher(t) => t.$f($arg),
+            View::Other(v) => v.$f($arg),
+        }
+    };
 }
 
 /// Read-only facts about tasks that a policy may consult.
@@ -232,6 +251,7 @@ pub trait TaskView {
 impl<'a> Ctx<'a> {
     /// Builds a context over caller-owned buffers: for mechanisms that drive a policy
     /// directly (tests, benchmarks, loaded-module hosts).
+    #[inline]
     pub fn new(
         now: Ns,
         ncpus: u16,
@@ -240,24 +260,29 @@ impl<'a> Ctx<'a> {
         exclusive: &'a mut Vec<(TaskId, bool)>,
         view: &'a dyn TaskView,
     ) -> Self {
-        Ctx { now, ncpus, sched, effects, exclusive, view }
+        Ctx { now, ncpus, sched, effects, exclusive, view: View::Other(view) }
     }
     /// The current time, as told by the mechanism.
+    #[inline]
     pub fn now(&self) -> Ns {
         self.now
     }
+    #[inline]
     pub fn ncpus(&self) -> u16 {
         self.ncpus
     }
+    #[inline]
     pub fn cpus(&self) -> impl Iterator<Item = CpuId> {
         (0..self.ncpus).map(CpuId)
     }
     /// This scheduler's id.
+    #[inline]
     pub fn sched(&self) -> SchedId {
         self.sched
     }
     /// Arms a scheduler event: `on_event(token)` is called at `at` (>= now). Re-arming a
     /// token moves it. Scheduling an event in the past is an error, never a silent clamp.
+    #[inline]
     pub fn set_event(&mut self, at: Ns, token: u64) -> Result<(), CtxError> {
         if at < self.now {
             return Err(CtxError::EventInPast { at, now: self.now });
@@ -265,10 +290,12 @@ impl<'a> Ctx<'a> {
         self.effects.push(Effect::SetEvent { sched: self.sched, token, at });
         Ok(())
     }
+    #[inline]
     pub fn cancel_event(&mut self, token: u64) {
         self.effects.push(Effect::CancelEvent { sched: self.sched, token });
     }
     /// Asks for a new decision on `cpu` (e.g. a better task woke up).
+    #[inline]
     pub fn resched(&mut self, cpu: CpuId) -> Result<(), CtxError> {
         if cpu.0 >= self.ncpus {
             return Err(CtxError::NoSuchCpu(cpu));
@@ -279,32 +306,39 @@ impl<'a> Ctx<'a> {
     /// Marks a task this scheduler owns as exclusively its own (no lower scheduler may
     /// run it), or releases it to be run by the default scheduler when this one has no
     /// opinion. Tasks start non-exclusive.
+    #[inline]
     pub fn set_exclusive(&mut self, task: TaskId, exclusive: bool) -> Result<(), CtxError> {
-        if self.view.owner(task) != Some(self.sched) {
+        if read!(self.view, owner(task)) != Some(self.sched) {
             return Err(CtxError::NotYours(task));
         }
         self.exclusive.push((task, exclusive));
         Ok(())
     }
+    #[inline]
     pub fn state(&self, task: TaskId) -> TaskState {
-        self.view.state(task)
+        read!(self.view, state(task))
     }
+    #[inline]
     pub fn allowed(&self, task: TaskId, cpu: CpuId) -> bool {
-        self.view.affinity(task).contains(cpu)
+        read!(self.view, affinity(task)).contains(cpu)
     }
+    #[inline]
     pub fn affinity(&self, task: TaskId) -> CpuSet {
-        self.view.affinity(task)
+        read!(self.view, affinity(task))
     }
+    #[inline]
     pub fn last_cpu(&self, task: TaskId) -> Option<CpuId> {
-        self.view.last_cpu(task)
+        read!(self.view, last_cpu(task))
     }
     /// The scheduler that owns `task` (None: no such live task).
+    #[inline]
     pub fn owner(&self, task: TaskId) -> Option<SchedId> {
-        self.view.owner(task)
+        read!(self.view, owner(task))
     }
     /// The task running on `cpu`, whoever owns it.
+    #[inline]
     pub fn running_on(&self, cpu: CpuId) -> Option<TaskId> {
-        self.view.running_on(cpu)
+        read!(self.view, running_on(cpu))
     }
 }
 

@@ -14,6 +14,8 @@
 //!
 //! Invariant: a CPU's entry is `No` once the decision it asked for was made (the policy
 //! calls [`Asked::done`] when it picks, dispatches or is told of a preemption there).
+//! `waiting` has a CPU's bit set exactly when its entry is not `No`, so the usual case —
+//! no CPU asked — is one test.
 
 use vassal_core::{CpuId, CpuSet, Ctx};
 
@@ -27,29 +29,43 @@ pub enum Ask<K> {
 }
 
 #[derive(Clone, Debug)]
-pub struct Asked<K>(Vec<Ask<K>>);
+pub struct Asked<K> {
+    cpus: Vec<Ask<K>>,
+    /// The CPUs whose entry is not `No`.
+    waiting: CpuSet,
+}
 
 impl<K> Default for Asked<K> {
     fn default() -> Self {
-        Asked(Vec::new())
+        Asked { cpus: Vec::new(), waiting: CpuSet::NONE }
     }
 }
 
 impl<K: Copy + Ord> Asked<K> {
     pub fn init(&mut self, ncpus: usize) {
-        self.0 = (0..ncpus).map(|_| Ask::No).collect();
+        self.cpus = (0..ncpus).map(|_| Ask::No).collect();
+        self.waiting = CpuSet::NONE;
     }
 
     pub fn get(&self, cpu: CpuId) -> Ask<K> {
-        self.0.get(cpu.0 as usize).copied().unwrap_or(Ask::No)
+        if !self.waiting.contains(cpu) {
+            return Ask::No;
+        }
+        self.cpus.get(cpu.0 as usize).copied().unwrap_or(Ask::No)
+    }
+
+    /// Whether `cpu` was asked to decide (its entry is not `No`).
+    pub fn is_asked(&self, cpu: CpuId) -> bool {
+        self.waiting.contains(cpu)
     }
 
     /// Asks `cpu` to decide.
     pub fn ask(&mut self, ctx: &mut Ctx, cpu: CpuId) {
-        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
+        if let Some(x) = self.cpus.get_mut(cpu.0 as usize) {
             if !matches!(x, Ask::Free(_)) {
                 *x = Ask::For;
             }
+            self.waiting.0 |= 1 << cpu.0;
         }
         let _ = ctx.resched(cpu);
     }
@@ -57,16 +73,18 @@ impl<K: Copy + Ord> Asked<K> {
     /// Asks `cpu` to decide because its running task's job completed; `next` is the
     /// task's next job.
     pub fn ask_free(&mut self, ctx: &mut Ctx, cpu: CpuId, next: K) {
-        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
+        if let Some(x) = self.cpus.get_mut(cpu.0 as usize) {
             *x = Ask::Free(next);
+            self.waiting.0 |= 1 << cpu.0;
         }
         let _ = ctx.resched(cpu);
     }
 
     /// The decision on `cpu` is being made.
     pub fn done(&mut self, cpu: CpuId) {
-        if let Some(x) = self.0.get_mut(cpu.0 as usize) {
-            *x = Ask::No;
+        if self.waiting.contains(cpu) {
+            self.cpus[cpu.0 as usize] = Ask::No;
+            self.waiting.0 &= !(1 << cpu.0);
         }
     }
 
@@ -74,14 +92,16 @@ impl<K: Copy + Ord> Asked<K> {
     /// one of the CPUs asked to decide: fewer jobs better than it compete for them —
     /// `better_waiting(n)` counts the waiting jobs better than `key`, up to `n`.
     pub fn served(&self, key: K, aff: CpuSet, except: Option<CpuId>, better_waiting: impl FnOnce(usize) -> usize) -> bool {
+        let mut candidates = self.waiting.0 & aff.0 & !except.map_or(0, |c| CpuSet::only(c).0);
+        if candidates == 0 {
+            return false;
+        }
         let mut slots = 0;
         let mut better = 0;
-        for (c, a) in self.0.iter().enumerate() {
-            let cpu = CpuId(c as u16);
-            if !aff.contains(cpu) || Some(cpu) == except {
-                continue;
-            }
-            match *a {
+        while candidates != 0 {
+            let c = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            match self.cpus[c] {
                 Ask::No => {}
                 Ask::For => slots += 1,
                 Ask::Free(k) => {

@@ -198,7 +198,7 @@ impl Edf {
         }
         let mut victim: Option<(Key, CpuId)> = None;
         for c in ctx.cpus() {
-            if !aff.contains(c) || Some(c) == except || self.asked.get(c) != Ask::No {
+            if !aff.contains(c) || Some(c) == except || self.asked.is_asked(c) {
                 continue;
             }
             match ctx.running_on(c) {
@@ -392,7 +392,11 @@ impl Policy for Edf {
         self.asked.done(cpu);
         let now = ctx.now();
         loop {
-            let &(class, key, _, raw) = self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?;
+            // Usually the first job may run here; else the first one that may.
+            let &(class, key, _, raw) = match self.ready.first() {
+                Some(k) if ctx.allowed(TaskId(k.3), cpu) => k,
+                _ => self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?,
+            };
             let id = TaskId(raw);
             match ctx.state(id) {
                 TaskState::Runnable => {

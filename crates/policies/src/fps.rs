@@ -310,7 +310,7 @@ impl FixedPriority {
             if Some(c) == except || !aff.contains(c) {
                 continue;
             }
-            if self.asked.get(c) != Ask::No {
+            if self.asked.is_asked(c) {
                 continue;
             }
             match self.table.running_on(c) {
