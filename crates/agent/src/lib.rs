@@ -14,6 +14,7 @@ pub mod budget;
 pub mod chrome;
 pub mod client;
 pub mod config;
+pub mod decisions;
 pub mod guardian;
 pub mod kernel;
 pub mod skip;

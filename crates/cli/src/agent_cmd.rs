@@ -24,8 +24,10 @@ pub struct AgentArgs {
     /// Overrides the config's tick, e.g. "4ms".
     #[arg(long)]
     tick: Option<String>,
-    /// Write the agent's decisions, wakes, blocks and scheduler events to FILE as a Chrome
-    /// trace for the Perfetto UI (docs/trace.md).
+    /// Write the agent's decisions, wakes, blocks and scheduler events to FILE for the
+    /// Perfetto UI (docs/trace.md): Perfetto protobuf (per-CPU sched_switch and
+    /// sched_waking, written at the stop) if FILE ends in .pftrace, .perfetto-trace or
+    /// .pb, else a Chrome trace (written as it goes).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 }

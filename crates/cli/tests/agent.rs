@@ -606,6 +606,70 @@ fn the_agent_writes_a_chrome_trace() {
     assert!(marks("wake") >= 5 && marks("block") >= 5, "wakes {} blocks {}", marks("wake"), marks("block"));
 }
 
+/// `vassal agent --trace FILE.pftrace` (issue 18 item 3): the agent's decisions as a
+/// Perfetto protobuf trace, decoded with Perfetto's schema — every managed thread declared
+/// with its process, per-CPU `sched_switch` events that chain (each switch's prev is the
+/// CPU's previous next) with spans for a hog and a sleeper, each CPU ending idle,
+/// the sleeper's spans ending in S when it blocked, and its `sched_waking` events.
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn the_agent_writes_a_perfetto_trace() {
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let file = std::env::temp_dir().join(format!("vassal-agent-trace-{}.pftrace", std::process::id()));
+    let agent = AgentProc::start_with("", &["--trace", file.to_str().unwrap()]);
+    let start = now_ns() + 200 * MS;
+    let until = start + SEC;
+    let hog = workers::hog(until).unwrap();
+    let mut sleeper = workers::periodic(start, 20 * MS, 5 * MS, 40, 0).unwrap();
+    let mut c = agent.client();
+    join(&mut c, hog.pid, &[]);
+    join(&mut c, sleeper.pid, &[]);
+    sleeper.wait();
+    let (hog_pid, sleeper_pid) = (hog.pid, sleeper.pid);
+    drop(hog);
+    drop(agent); // SIGTERM: restores and writes the trace
+    let bytes = std::fs::read(&file).expect("the trace was written");
+    let _ = std::fs::remove_file(&file);
+    let trace = vassal_perfetto::decode(&bytes).expect("a Perfetto trace");
+    let tree = trace.packet.iter().find(|p| p.has_process_tree()).expect("a process tree").process_tree();
+    let declared: BTreeMap<i32, i32> = tree.threads.iter().map(|t| (t.tid(), t.tgid())).collect();
+    assert_eq!(declared.get(&hog_pid), Some(&hog_pid), "{declared:?}");
+    assert_eq!(declared.get(&sleeper_pid), Some(&sleeper_pid), "{declared:?}");
+    let mut spans: BTreeMap<i32, usize> = BTreeMap::new();
+    let mut sleeps = 0;
+    let mut wakes = 0;
+    for p in trace.packet.iter().filter(|p| p.has_ftrace_events()) {
+        let b = p.ftrace_events();
+        let mut on = 0;
+        let mut last = 0;
+        for e in &b.event {
+            assert!(e.timestamp() >= last, "cpu{} out of order", b.cpu());
+            last = e.timestamp();
+            if e.has_sched_switch() {
+                let s = e.sched_switch();
+                assert_eq!(s.prev_pid(), on, "cpu{}: switches chain", b.cpu());
+                on = s.next_pid();
+                if on != 0 {
+                    assert!(declared.contains_key(&on), "undeclared {on}");
+                    *spans.entry(on).or_default() += 1;
+                }
+                if s.prev_pid() == sleeper_pid && s.prev_state() == 1 {
+                    sleeps += 1;
+                }
+            } else if e.has_sched_waking() && e.sched_waking().pid() == sleeper_pid {
+                wakes += 1;
+            }
+        }
+        assert_eq!(on, 0, "cpu{} ends idle", b.cpu());
+    }
+    assert!(spans.get(&hog_pid).is_some_and(|&n| n >= 1), "{spans:?}");
+    assert!(spans.get(&sleeper_pid).is_some_and(|&n| n >= 5), "{spans:?}");
+    assert!(sleeps >= 5 && wakes >= 5, "the sleeper: {sleeps} spans ending asleep, {wakes} wakes");
+}
+
 /// The event source (issue 6): with `events = "bpf"` the agent says it takes BPF events,
 /// and a managed process that sleeps 40 ms of every 50 is seen blocked and seen running,
 /// each wake acted on within a fraction of a tick (the dispatcher's latency from the

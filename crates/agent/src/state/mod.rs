@@ -273,8 +273,9 @@ pub struct Agent {
     /// $VASSAL_AGENT_TRACE: a file prefix to log every pass, wake, block and decision to
     /// (debugging; the file is PREFIX.PID, so the agents of `repro --real` keep theirs).
     trace: Option<std::io::BufWriter<std::fs::File>>,
-    /// `vassal agent --trace FILE`: the decisions as a Chrome trace (crate::chrome).
-    chrome: Option<crate::chrome::ChromeTrace>,
+    /// `vassal agent --trace FILE`: the decisions as a Chrome or Perfetto trace
+    /// (crate::decisions).
+    chrome: Option<crate::decisions::DecisionTrace>,
     /// Loaded policy modules (issue 8), by scheduler name: the file each came from.
     modules: BTreeMap<String, String>,
     /// Modules ejected (the last [`MAX_EJECTIONS`]), oldest first, for `status`.
@@ -344,7 +345,7 @@ impl Agent {
     pub fn new(cfg: Config, ledger: Ledger, now: Ns) -> Result<Agent, SetupError> {
         let chrome = match &cfg.trace {
             Some(path) => Some(
-                crate::chrome::ChromeTrace::create(path, now, kernel::online_cpus())
+                crate::decisions::DecisionTrace::create(path, now, kernel::online_cpus())
                     .map_err(|e| format!("--trace {}: {e}", path.display()))?,
             ),
             None => None,
