@@ -419,6 +419,17 @@ impl Sim {
                 Phase::Join(name) => {
                     self.send(i, name, Request::Join);
                 }
+                &Phase::Grow(kb) => {
+                    // V7 expand() runs in the process: a task reaching it while waking
+                    // first gets dispatched.
+                    if !matches!(self.drv.disp.state(t.id), TaskState::Running(_)) {
+                        t.phase -= 1;
+                        t.remaining = 0;
+                        t.work = Work::Plain;
+                        return Step::Run;
+                    }
+                    self.swap_grow(i, kb);
+                }
                 Phase::Leave => {
                     self.send(i, "", Request::Leave);
                 }
