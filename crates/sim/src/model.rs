@@ -155,8 +155,13 @@ pub enum Phase {
     /// Change the task's image by this many KB (paper 004 §2's expanding process; V7
     /// `sbrk`/`expand()`): shrinking frees its tail, growing needs a hole of the whole new
     /// size or the task swaps itself out ([`crate::swap::Swapper::grow`]). Carried out on
-    /// a CPU. Without a `[memory]` section it does nothing.
-    Grow(i64),
+    /// a CPU. Without a `[memory]` section it does nothing. `once`: only the first time
+    /// the script reaches it (an area V7 `malloc` takes with `sbrk` and never gives back),
+    /// later passes go straight on.
+    Grow {
+        kb: i64,
+        once: bool,
+    },
 }
 
 /// What a [`Phase::Sync`] does. Names are the scenario's: every task naming the same

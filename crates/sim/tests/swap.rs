@@ -205,7 +205,11 @@ fn random_scenarios_with_memory_keep_the_invariants() {
             let mut phases = vec![format!("{{ run = \"{}ms\" }}", rng.gen_range(1..50))];
             for _ in 0..rng.gen_range(0..5) {
                 phases.push(match rng.gen_range(0..8) {
-                    6 | 7 => format!("{{ grow = {} }}", rng.gen_range(1..mem / 3) as i64 * if rng.gen_bool(0.3) { -1 } else { 1 }),
+                    6 | 7 => format!(
+                        "{{ {} = {} }}",
+                        if rng.gen_bool(0.5) { "grow" } else { "grow_once" },
+                        rng.gen_range(1..mem / 3) as i64 * if rng.gen_bool(0.3) { -1 } else { 1 }
+                    ),
                     0 | 1 => format!("{{ run = {{ exp = \"{}ms\" }} }}", rng.gen_range(1..200)),
                     2 => format!("{{ sleep = {{ uniform = [\"1ms\", \"{}ms\"] }} }}", rng.gen_range(2..300)),
                     3 => format!("{{ terminal = \"{}ms\" }}", rng.gen_range(1..3000)),
@@ -390,4 +394,20 @@ fn a_growing_image_swaps_itself_out_and_comes_back_bigger() {
     let end = a.exit_ns.unwrap() as f64 / 1e9;
     assert!(end > 0.2 + 0.04 && end < 3.0, "a ended at {end} s");
     assert_eq!(r.tasks.iter().find(|t| t.name == "a").unwrap().cpu_ns, 200_000_000);
+}
+
+/// `grow_once` in a loop grows the image the first time only (V7 `malloc` never gives
+/// its `sbrk` back); `grow` in a loop grows every pass.
+#[test]
+fn a_once_only_growth_in_a_loop_grows_once() {
+    let tasks = |key: &str| {
+        format!("[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = {{ kind = \"script\", phases = [{{ {key} = 5 }}, {{ run = \"10ms\" }}, {{ times = 4 }}] }}\n")
+    };
+    let size = |key: &str| {
+        let r = run_checked(&with_memory("fb", "standard", "standard", &tasks(key), "2s"));
+        (r.kernel.images[0].size_kb, r.kernel.syscalls)
+    };
+    // 4 passes: 15 KB and 1 sbrk (+ the exit), or 30 KB and 4 sbrks.
+    assert_eq!(size("grow_once"), (15, 2));
+    assert_eq!(size("grow"), (30, 5));
 }

@@ -721,11 +721,12 @@ impl Builder<'_> {
             ("times", raw.times.as_ref().map(Spanned::span)),
             ("io", raw.io.as_ref().map(Spanned::span)),
             ("grow", raw.grow.as_ref().map(Spanned::span)),
+            ("grow_once", raw.grow_once.as_ref().map(Spanned::span)),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io, grow";
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io, grow, grow_once";
         match given.as_slice() {
             [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
             [_] => {}
@@ -773,12 +774,14 @@ impl Builder<'_> {
             }
             return Ok(Phase::Io { disk: io.disk.get_ref().clone(), time: io.time.0.clone() });
         }
-        if let Some(g) = &raw.grow {
-            let kb = *g.get_ref();
-            if kb == 0 || kb.unsigned_abs() > 1 << 30 {
-                return Err(self.err(g.span(), format!("grow is a change of the image in KB, not 0 (negative: shrink), found {kb}")));
+        for (key, g, once) in [("grow", &raw.grow, false), ("grow_once", &raw.grow_once, true)] {
+            if let Some(g) = g {
+                let kb = *g.get_ref();
+                if kb == 0 || kb.unsigned_abs() > 1 << 30 {
+                    return Err(self.err(g.span(), format!("{key} is a change of the image in KB, not 0 (negative: shrink), found {kb}")));
+                }
+                return Ok(Phase::Grow { kb, once });
             }
-            return Ok(Phase::Grow(kb));
         }
         if let Some(n) = &raw.times {
             let k = *n.get_ref();
@@ -908,7 +911,7 @@ pub(crate) fn phase_takes_time(p: &Phase) -> bool {
         Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
-        Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave | Phase::Grow(_) => false,
+        Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave | Phase::Grow { .. } => false,
         // a task may block here, but need not (an uncontended lock, a barrier of one)
         Phase::Sync(_) => false,
     }

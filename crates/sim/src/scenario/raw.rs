@@ -231,6 +231,7 @@ pub(super) struct RawPhase {
     pub(super) times: Option<Spanned<i64>>,
     pub(super) io: Option<Spanned<RawIo>>,
     pub(super) grow: Option<Spanned<i64>>,
+    pub(super) grow_once: Option<Spanned<i64>>,
 }
 
 /// `{ io = { disk = "rl1", time = ... } }`: a transfer on a drive.
