@@ -51,7 +51,7 @@ fn aggregate(values: &[f64], agg: &str) -> Result<f64, String> {
 /// - `cpu.N.utilisation`, `cpus.utilisation.AGG`
 /// - `totals.FIELD` (events, decisions, switches, migrations, refused_decisions, overhead_ms)
 /// - `kernel.FIELD` (paper 004's counts: dispatches, syscalls, swap_ins, swap_outs,
-///   swapper_runs, swap_idle_s, swap_cpu_s, user_util, last_exit_s) and `kernel.exit_s.TASK`
+///   swapper_runs, swap_idle_s, swap_cpu_s, growth_swaps, resident_mean, user_util, last_exit_s) and `kernel.exit_s.TASK`
 pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
     let parts: Vec<&str> = path.split('.').collect();
     let r = match parts.as_slice() {
@@ -112,6 +112,8 @@ pub fn metric(report: &Report, path: &str) -> Result<f64, String> {
                 "swapper_runs" => k.swapper_runs as f64,
                 "swap_idle_s" => k.swap_idle_ns as f64 / 1e9,
                 "swap_cpu_s" => k.swap_cpu_ns as f64 / 1e9,
+                "growth_swaps" => k.growth_swaps as f64,
+                "resident_mean" => k.resident_mean,
                 "user_util" => k.user_util,
                 "last_exit_s" => k.last_exit_ns.ok_or("no task exited")? as f64 / 1e9,
                 _ => return Err(format!("unknown kernel field '{field}'")),

@@ -156,6 +156,16 @@ pub enum Phase {
         disk: String,
         time: Dist,
     },
+    /// Change the task's image by this many KB (paper 004 §2's expanding process; V7
+    /// `sbrk`/`expand()`): shrinking frees its tail, growing needs a hole of the whole new
+    /// size or the task swaps itself out ([`crate::swap::Swapper::grow`]). Carried out on
+    /// a CPU. Without a `[memory]` section it does nothing. `once`: only the first time
+    /// the script reaches it (an area V7 `malloc` takes with `sbrk` and never gives back),
+    /// later passes go straight on.
+    Grow {
+        kb: i64,
+        once: bool,
+    },
 }
 
 /// What a [`Phase::Sync`] does. Names are the scenario's: every task naming the same
@@ -332,4 +342,8 @@ pub struct Memory {
     pub config: crate::swap::MemoryConfig,
     /// Task i's image, KB (≥ 1, at most the memory size).
     pub sizes: Vec<u64>,
+    /// Task i's shared text segment (an index into `texts`), if it names one.
+    pub text_of: Vec<Option<usize>>,
+    /// The shared text segments' sizes, KB, in the order of their names.
+    pub texts: Vec<u64>,
 }

@@ -224,6 +224,11 @@ pub struct KernelReport {
     /// CPU time of the swap scheduler (its runs, its searches, its transfers' stolen
     /// cycles), charged as overhead.
     pub swap_cpu_ns: Ns,
+    /// Of the swap-outs, those of tasks that swapped themselves out to grow (V7
+    /// `expand()`, paper 004 §2's "voluntary swapouts").
+    pub growth_swaps: u64,
+    /// Mean number of tasks loaded, up to the last exit (the whole run if none exited).
+    pub resident_mean: f64,
     /// Per disk drive (in order of first mention): requests served and time busy.
     pub disks: Vec<DiskReport>,
     /// CPU time of all tasks (user mode).

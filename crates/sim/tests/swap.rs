@@ -170,7 +170,7 @@ fn random_scenarios_with_memory_keep_the_invariants() {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2024);
     let policies = ["fb", "unix", "rr", "bvt", "linux22", "wrr"];
-    let mut swapped = 0;
+    let (mut swapped, mut grown) = (0, 0);
     for case in 0..150 {
         let policy = policies[case % policies.len()];
         let mem = rng.gen_range(40..200);
@@ -190,11 +190,26 @@ fn random_scenarios_with_memory_keep_the_invariants() {
             rng.gen_range(0..4000),
             rng.gen_bool(0.5),
         );
+        // Shared texts (V7 text.c) and a copy cost for growth moves, half the time.
+        let texts = rng.gen_bool(0.5);
+        if texts {
+            text += &format!(
+                "texts = {{ p = {}, q = {} }}\ncopy_per_kb = \"{}us\"\n",
+                rng.gen_range(1..mem / 4),
+                rng.gen_range(1..mem / 4),
+                rng.gen_range(0..100)
+            );
+        }
         for t in 0..rng.gen_range(1..12) {
             let size = rng.gen_range(1..=mem - u_area);
             let mut phases = vec![format!("{{ run = \"{}ms\" }}", rng.gen_range(1..50))];
             for _ in 0..rng.gen_range(0..5) {
-                phases.push(match rng.gen_range(0..6) {
+                phases.push(match rng.gen_range(0..8) {
+                    6 | 7 => format!(
+                        "{{ {} = {} }}",
+                        if rng.gen_bool(0.5) { "grow" } else { "grow_once" },
+                        rng.gen_range(1..mem / 3) as i64 * if rng.gen_bool(0.3) { -1 } else { 1 }
+                    ),
                     0 | 1 => format!("{{ run = {{ exp = \"{}ms\" }} }}", rng.gen_range(1..200)),
                     2 => format!("{{ sleep = {{ uniform = [\"1ms\", \"{}ms\"] }} }}", rng.gen_range(2..300)),
                     3 => format!("{{ terminal = \"{}ms\" }}", rng.gen_range(1..3000)),
@@ -208,8 +223,13 @@ fn random_scenarios_with_memory_keep_the_invariants() {
             }
             phases.push(format!("{{ times = {} }}", rng.gen_range(1..50)));
             let repeat = rng.gen_bool(0.5);
+            if texts && rng.gen_bool(0.7) {
+                text += if rng.gen_bool(0.5) { "[[task]]\ntext = \"p\"\n" } else { "[[task]]\ntext = \"q\"\n" };
+            } else {
+                text += "[[task]]\n";
+            }
             text += &format!(
-                "[[task]]\nname = \"t{t}\"\nstart = \"{}ms\"\nsize_kb = {size}\nparams = {{ base = {} }}\nbehaviour = {{ kind = \"script\", repeat = {repeat}, phases = [{}] }}\n",
+                "name = \"t{t}\"\nstart = \"{}ms\"\nsize_kb = {size}\nparams = {{ base = {} }}\nbehaviour = {{ kind = \"script\", repeat = {repeat}, phases = [{}] }}\n",
                 rng.gen_range(0..5000),
                 rng.gen_range(0..20),
                 phases.join(", ")
@@ -222,8 +242,10 @@ fn random_scenarios_with_memory_keep_the_invariants() {
         let k = &r.kernel;
         assert!(k.swap_ins <= k.swap_outs + r.tasks.len() as u64, "case {case}: {k:?}");
         swapped += (k.swap_outs > 0) as u32;
+        grown += (k.growth_swaps > 0) as u32;
     }
     assert!(swapped > 50, "only {swapped} of 150 cases swapped");
+    assert!(grown > 10, "only {grown} of 150 cases swapped to grow");
 }
 
 fn exit_ms(r: &Report, name: &str) -> u64 {
@@ -311,4 +333,81 @@ fn a_ready_image_goes_out_only_for_one_out_long_enough() {
     };
     let (v7, free) = (outs("min_swapped_out = \"3s\"\n"), outs(""));
     assert!(v7 < free, "{v7} swap-outs with the 3 s rule, {free} without");
+}
+
+#[test]
+fn bad_texts_and_growth_are_refused_where_they_are() {
+    let base = "until = \"1s\"\n[machine]\ncpus = 1\n";
+    let task = "[[task]]\nname = \"a\"\nsize_kb = 10\ntext = \"ed\"\nbehaviour = { kind = \"cpu\" }\n";
+    assert_eq!(
+        err(&format!("{base}{MEM}texts = {{ ed = 0 }}\n{task}")),
+        "bad.toml:8:16: text 'ed' size must be from 1 to the memory size (100 KB), found 0"
+    );
+    assert_eq!(
+        err(&format!("{base}{MEM}texts = {{ sh = 5 }}\n{task}")),
+        "bad.toml:12:8: text 'ed' is not in [memory] texts; expected one of sh"
+    );
+    assert_eq!(err(&format!("{base}{MEM}{task}")), "bad.toml:11:8: text 'ed' is not in [memory] texts; none is defined");
+    assert_eq!(
+        err(&format!("{base}[[task]]\nname = \"a\"\ntext = \"ed\"\nbehaviour = {{ kind = \"cpu\" }}\n")),
+        "bad.toml:6:8: text needs a [memory] section with the shared texts"
+    );
+    assert!(err(&format!("{base}{MEM}copy_per_kb = \"3\"\n{task}")).contains("has no unit"));
+    let script =
+        |p: &str| format!("{base}{MEM}[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = {{ kind = \"script\", phases = [{p}] }}\n");
+    assert_eq!(err(&script("{ grow = 0 }")), "bad.toml:11:51: grow is a change of the image in KB, not 0 (negative: shrink), found 0");
+    assert!(err(&script("{ grow = 4, run = \"1ms\" }")).contains("one key"));
+}
+
+/// Two tasks running one program share its text: 40 + 40 KB of images and one 20 KB
+/// text fill 100 KB exactly, so nothing swaps; with a text each they do not fit.
+#[test]
+fn a_shared_text_is_loaded_once() {
+    let tasks = |a: &str, b: &str| {
+        format!("[[task]]\nname = \"a\"\nsize_kb = 40\ntext = \"{a}\"\nbehaviour = {{ kind = \"cpu\" }}\n[[task]]\nname = \"b\"\nsize_kb = 40\ntext = \"{b}\"\nbehaviour = {{ kind = \"cpu\" }}\n")
+    };
+    let run = |a: &str, b: &str| {
+        let text =
+            with_memory("fb", "standard", "standard", &tasks(a, b), "10s").replacen("[[task]]", "texts = { p = 20, q = 20 }\n[[task]]", 1);
+        run_checked(&text).kernel
+    };
+    let shared = run("p", "p");
+    assert_eq!((shared.swap_ins, shared.swap_outs), (0, 0));
+    let apart = run("p", "q");
+    assert!(apart.swap_outs > 0 && apart.swap_ins > 0, "{apart:?}");
+}
+
+/// A task that grows with no hole for its new size swaps itself out (V7 `expand()`) and
+/// comes back at the new size: each of the hogs' growths is counted, and every one ends.
+#[test]
+fn a_growing_image_swaps_itself_out_and_comes_back_bigger() {
+    // 100 KB: a (30 KB) and b (30 KB) fit; a grows by 50 KB: 80 KB needs the whole
+    // memory but b's: a swaps itself out, then b must go for a to come back.
+    let tasks = "[[task]]\nname = \"a\"\nsize_kb = 30\nbehaviour = { kind = \"script\", phases = [{ run = \"100ms\" }, { grow = 50 }, { run = \"100ms\" }] }\n[[task]]\nname = \"b\"\nsize_kb = 30\nbehaviour = { kind = \"script\", phases = [{ sleep = \"3s\" }] }\n";
+    let r = run_checked(&with_memory("fb", "standard", "standard", tasks, "20s"));
+    let k = &r.kernel;
+    assert_eq!(k.growth_swaps, 1, "{k:?}");
+    let a = k.images.iter().find(|m| m.name == "a").unwrap();
+    assert_eq!((a.swap_outs, a.swap_ins), (1, 1), "{a:?}");
+    // a's 30 KB written (10 + 30 ms); b (asleep, in 2 s) goes (10 + 30 ms); a's 80 KB
+    // read (10 + 80 ms): a finishes its 200 ms of CPU after those.
+    let end = a.exit_ns.unwrap() as f64 / 1e9;
+    assert!(end > 0.2 + 0.04 && end < 3.0, "a ended at {end} s");
+    assert_eq!(r.tasks.iter().find(|t| t.name == "a").unwrap().cpu_ns, 200_000_000);
+}
+
+/// `grow_once` in a loop grows the image the first time only (V7 `malloc` never gives
+/// its `sbrk` back); `grow` in a loop grows every pass.
+#[test]
+fn a_once_only_growth_in_a_loop_grows_once() {
+    let tasks = |key: &str| {
+        format!("[[task]]\nname = \"a\"\nsize_kb = 10\nbehaviour = {{ kind = \"script\", phases = [{{ {key} = 5 }}, {{ run = \"10ms\" }}, {{ times = 4 }}] }}\n")
+    };
+    let size = |key: &str| {
+        let r = run_checked(&with_memory("fb", "standard", "standard", &tasks(key), "2s"));
+        (r.kernel.images[0].size_kb, r.kernel.syscalls)
+    };
+    // 4 passes: 15 KB and 1 sbrk (+ the exit), or 30 KB and 4 sbrks.
+    assert_eq!(size("grow_once"), (15, 2));
+    assert_eq!(size("grow"), (30, 5));
 }

@@ -253,7 +253,7 @@ impl Sim {
             checks: false,
             trace: None,
             open: vec![None; n],
-            swap: sc.memory.as_ref().map(|m| Swapper::new(m.config.clone(), &m.sizes)),
+            swap: sc.memory.as_ref().map(|m| Swapper::with_texts(m.config.clone(), &m.sizes, &m.text_of, &m.texts)),
             disks: vec![crate::disk::Disk::default(); disk_index.len()],
             disk_index,
             kernel: Kernel::new(sc.tasks.len()),

@@ -39,6 +39,8 @@ pub(super) enum Ev {
     Watchdog,
     /// A disk drive's transfer ended (timer [`Timer::Disk`]).
     DiskDone(usize),
+    /// The swap device's transfer ended (timer [`Timer::SwapDevice`]).
+    SwapDevice,
 }
 
 /// The keys of the engine's timers that are re-armed or cancelled: each names at most
@@ -50,6 +52,7 @@ pub(super) enum Timer {
     Swap,
     Behave(usize, u32),
     Disk(usize),
+    SwapDevice,
 }
 
 /// A CPU's timer, re-armed at nearly every decision, has a lane of its own; the wake and
@@ -66,7 +69,7 @@ impl TimerKey for Timer {
         match *self {
             Timer::Swap => Some(0),
             Timer::Wake(i) => Some(1 + i),
-            Timer::Cpu(_) | Timer::Behave(..) | Timer::Disk(_) => None,
+            Timer::Cpu(_) | Timer::Behave(..) | Timer::Disk(_) | Timer::SwapDevice => None,
         }
     }
 }
@@ -174,6 +177,7 @@ impl Sim {
             Ev::Behave(i, key) => self.behave_timer(i, key),
             Ev::Watchdog => self.watchdog_at = None,
             Ev::DiskDone(d) => self.disk_done(d),
+            Ev::SwapDevice => self.swap_device_event(),
             Ev::Unscheduled(c, k) => {
                 let c = c as usize;
                 self.settle(c);

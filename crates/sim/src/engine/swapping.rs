@@ -6,18 +6,20 @@
 //! are timed.
 //!
 //! The swap scheduler is a kernel process of the best priority (V7's PSWP, FB's level
-//! 16): each time it runs — woken by the end of a transfer, by a ready task being
-//! swapped out while it sleeps on `runout`, once a second or when memory is freed while
-//! it sleeps on `runin` — it is one dispatch, takes `swap_cpu` of CPU 0 (overhead), and
-//! when it sleeps again the CPU scheduler makes a new decision (the process it preempted
-//! may or may not get the CPU back). Transfers use one swap device, one at a time (the
-//! swap scheduler waits for each), so they never queue.
+//! 16): each time it runs — woken by the end of one of its transfers, by a ready task
+//! being swapped out while it sleeps on `runout`, once a second or when memory is freed
+//! while it sleeps on `runin` — it is one dispatch, takes `swap_cpu` of CPU 0
+//! (overhead), and when it sleeps again the CPU scheduler makes a new decision (the
+//! process it preempted may or may not get the CPU back). Transfers use one swap device,
+//! one at a time, first come first served (timer `SwapDevice`): the swap scheduler's and
+//! those of tasks that swap themselves out to grow (a script's `grow` phase, V7
+//! `expand()`); the DMA of each steals CPU 0's cycles while it moves data.
 
 use vassal_core::{CpuId, Ns, Preempt, SEC};
 
 use super::{Ev, MarkKind, Sim, Timer};
 use crate::report::{ImageReport, KernelReport};
-use crate::swap::{Activity, Done, ProcState, Step};
+use crate::swap::{Activity, Growth, ProcState, Step, XferKind};
 
 /// Counts of kernel events (paper 004 §5–6).
 #[derive(Clone, Debug, Default)]
@@ -29,9 +31,13 @@ pub(crate) struct Kernel {
     pub swapper_runs: u64,
     /// CPU idle while a ready task was swapped out.
     pub swap_idle_ns: Ns,
-    /// CPU time of the swap scheduler: its runs, its searches, and the cycles its
+    /// CPU time of the swap scheduler: its runs, its searches, and the cycles swap
     /// transfers' DMA stole.
     pub swap_cpu_ns: Ns,
+    /// Time-weighted sum of the tasks loaded (task·ns), for their mean.
+    pub resident_ns: u128,
+    /// When `resident_ns` was last brought up to date.
+    pub resident_at: Ns,
     /// Per task: when it exited.
     pub exits: Vec<Option<Ns>>,
 }
@@ -47,6 +53,7 @@ impl Sim {
     /// swapped out (V7 `newproc`, without the cost of writing the copy).
     pub(super) fn swap_start(&mut self, i: usize) {
         let now = self.now;
+        self.swap_account();
         let Some(sw) = &mut self.swap else { return };
         if !sw.start(i, now) {
             self.drv.disp.set_loaded(now, self.tasks[i].id, false);
@@ -87,9 +94,86 @@ impl Sim {
     pub(super) fn swap_exit(&mut self, i: usize) {
         self.kernel.syscalls += 1;
         self.kernel.exits[i] = Some(self.now);
+        self.swap_account();
         let Some(sw) = &mut self.swap else { return };
-        if sw.exit(i) && sw.wake_on_free() {
+        let was_busy = sw.activity() == Activity::Busy;
+        let freed = sw.exit(i);
+        // Memory freed wakes `runin` (V7 mfree); a cluster write dropped may end its wait.
+        if (freed && sw.wake_on_free()) || (was_busy && sw.activity() != Activity::Busy) {
             self.swap_wake_at(self.now);
+        }
+    }
+
+    /// Brings the time-weighted count of loaded tasks up to now.
+    fn swap_account(&mut self) {
+        let Some(sw) = &self.swap else { return };
+        let k = &mut self.kernel;
+        k.resident_ns += sw.resident() as u128 * self.now.saturating_sub(k.resident_at) as u128;
+        k.resident_at = self.now;
+    }
+
+    /// A script's `grow` phase: running task `i`'s image changes by `kb` (V7 `expand()`,
+    /// through `sbrk`, a system call). A move to a larger hole costs the copy on its CPU;
+    /// with no hole the task swaps itself out; a shrink or a move frees memory, which
+    /// wakes the swap scheduler sleeping on `runin` (V7 `mfree`).
+    pub(super) fn swap_grow(&mut self, i: usize, kb: i64) {
+        self.kernel.syscalls += 1;
+        let now = self.now;
+        self.swap_account();
+        let Some(sw) = &mut self.swap else { return };
+        let size = sw.imgs[i].size.saturating_add_signed(kb);
+        let copy = sw.cfg.copy_per_kb;
+        let growth = sw.grow(now, i, size);
+        let wake = sw.wake_on_free();
+        let stolen = sw.take_stolen();
+        match growth {
+            Growth::Moved { copied } => {
+                // V7 copyseg: the copy is the growing task's kernel time on its CPU.
+                if let vassal_core::TaskState::Running(c) = self.drv.disp.state(self.tasks[i].id) {
+                    let c = c.0 as usize;
+                    self.settle(c);
+                    let cpu = &mut self.cpus[c];
+                    cpu.busy_until = cpu.busy_until.max(now).saturating_add(copy.saturating_mul(copied));
+                }
+                if wake {
+                    self.swap_wake_at(now);
+                }
+            }
+            Growth::InPlace => {
+                if kb < 0 && wake {
+                    self.swap_wake_at(now);
+                }
+            }
+            Growth::Swapped => {
+                self.drv.disp.set_loaded(now, self.tasks[i].id, false);
+                self.mark(i, MarkKind::SwapOut);
+                self.swap_steal(stolen);
+                self.swap_device_arm();
+            }
+            Growth::Refused => {
+                let name = self.sc.tasks[i].name.clone();
+                self.metrics.note(now, format!("{name}: grow to {size} KB refused (not loaded, or beyond the memory)"));
+            }
+        }
+    }
+
+    /// Cycles a swap transfer's DMA steals, charged to CPU 0 as overhead (no decision).
+    fn swap_steal(&mut self, cost: Ns) {
+        if cost == 0 || self.cpus.is_empty() {
+            return;
+        }
+        self.kernel.swap_cpu_ns = self.kernel.swap_cpu_ns.saturating_add(cost);
+        self.settle(0);
+        let cpu = &mut self.cpus[0];
+        cpu.busy_until = cpu.busy_until.max(self.now).saturating_add(cost);
+        self.replan(0);
+    }
+
+    /// Arms the swap device's timer for the end of the transfer under way.
+    fn swap_device_arm(&mut self) {
+        match self.swap.as_ref().and_then(|s| s.device_end()) {
+            Some(end) => self.set_timer(end, Timer::SwapDevice, Ev::SwapDevice),
+            None => self.drv.cancel_timer(Timer::SwapDevice),
         }
     }
 
@@ -105,38 +189,65 @@ impl Sim {
         self.set_timer(at, Timer::Swap, Ev::Swap);
     }
 
+    /// The swap scheduler wakes (its once-a-second retry, or a wake-up).
     pub(super) fn swap_event(&mut self) {
-        if self.swap.is_none() {
+        if self.swap.as_ref().is_none_or(|s| s.activity() == Activity::Busy) {
             return;
         }
         // Idle time up to now is judged by the swap state before it changes.
         self.settle_all();
+        self.swap_run();
+    }
+
+    /// The swap device's transfer ended: its effect, the next transfer, and the swap
+    /// scheduler's run if the transfer was its own.
+    pub(super) fn swap_device_event(&mut self) {
+        self.settle_all();
+        self.swap_account();
         let now = self.now;
         let Some(sw) = &mut self.swap else { return };
-        if let Activity::Busy(_) = sw.activity() {
-            match sw.finish(now) {
-                Some(Done::In(t)) => {
+        let Some(done) = sw.finish(now) else { return };
+        let stolen = sw.take_stolen();
+        self.swap_device_arm();
+        match done.kind {
+            XferKind::In => {
+                let t = done.task;
+                if self.swap.as_ref().is_some_and(|s| s.loaded(t)) {
                     self.drv.disp.set_loaded(now, self.tasks[t].id, true);
                     self.mark(t, MarkKind::SwapIn);
                     // A drive may have been waiting for this task to take its turn.
                     self.disks_kick();
                 }
-                Some(Done::Out { next: Some(until), .. }) => self.swap_wake_at(until),
-                _ => {}
+            }
+            XferKind::Out => {}
+            XferKind::Grow => {
+                // The task is out and ready (V7 xswap wakes `runout`); its memory is free
+                // (mfree wakes `runin`).
+                self.swap_steal(stolen);
+                if self.swap.as_ref().is_some_and(|s| s.activity() != Activity::Busy) {
+                    self.swap_wake_at(now);
+                }
+                return;
             }
         }
-        self.swap_run();
+        self.swap_run_with(stolen);
     }
 
     /// One run of the swap scheduler: a dispatch, its CPU time, and one step of its loop.
     fn swap_run(&mut self) {
+        self.swap_run_with(0);
+    }
+
+    /// A run that also pays `stolen` cycles of a transfer started just before it.
+    fn swap_run_with(&mut self, stolen: Ns) {
         let now = self.now;
+        self.swap_account();
         self.kernel.swapper_runs += 1;
         self.kernel.dispatches += 1;
-        if matches!(self.swap.as_ref().map(|s| s.activity()), Some(Activity::Busy(_))) {
+        if self.swap.as_ref().is_some_and(|s| s.activity() == Activity::Busy) {
             // The next write of a cluster is under way: no decision, only the run.
             let Some(sw) = &mut self.swap else { return };
-            let cost = sw.cfg.swap_cpu.saturating_add(sw.take_stolen());
+            let cost = sw.cfg.swap_cpu.saturating_add(stolen).saturating_add(sw.take_stolen());
             self.swap_charge(cost);
             return;
         }
@@ -148,17 +259,22 @@ impl Sim {
         let Some(sw) = &mut self.swap else { return };
         let step = sw.run(now, order.as_deref(), &pinned);
         // The run's CPU: its fixed part, the entries its decisions searched, and what the
-        // DMA of a transfer it started steals.
-        let cost = sw.cfg.swap_cpu.saturating_add(sw.cfg.scan_entry.saturating_mul(sw.scanned)).saturating_add(sw.take_stolen());
+        // DMA of transfers started steals.
+        let cost = sw
+            .cfg
+            .swap_cpu
+            .saturating_add(sw.cfg.scan_entry.saturating_mul(sw.scanned))
+            .saturating_add(stolen)
+            .saturating_add(sw.take_stolen());
         self.swap_charge(cost);
         match step {
-            Step::In { until, .. } => self.swap_wake_at(until),
-            Step::Out { tasks, until } => {
+            Step::In { .. } => self.swap_device_arm(),
+            Step::Out { tasks } => {
                 for t in tasks {
                     self.drv.disp.set_loaded(now, self.tasks[t].id, false);
                     self.mark(t, MarkKind::SwapOut);
                 }
-                self.swap_wake_at(until);
+                self.swap_device_arm();
             }
             // V7: `runin` is woken by the clock once a second (and by `mfree`).
             Step::Sleep(Activity::Runin) => self.swap_wake_at((now / SEC + 1) * SEC),
@@ -228,6 +344,8 @@ impl Sim {
             swapper_runs: self.kernel.swapper_runs,
             swap_idle_ns: self.kernel.swap_idle_ns,
             swap_cpu_ns: self.kernel.swap_cpu_ns,
+            growth_swaps: self.swap.as_ref().map_or(0, |s| s.growth_swaps),
+            resident_mean: if window > 0 { self.kernel.resident_ns as f64 / window as f64 } else { 0.0 },
             disks: {
                 let mut named: Vec<(&String, &usize)> = self.disk_index.iter().collect();
                 named.sort_by_key(|(_, &k)| k);

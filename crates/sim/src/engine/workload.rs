@@ -437,6 +437,28 @@ impl Sim {
                 Phase::Join(name) => {
                     self.send(i, name, Request::Join);
                 }
+                &Phase::Grow { kb, once } => {
+                    // A once-only growth done before: `loops` at its index marks it.
+                    let p = t.phase - 1;
+                    if once && t.loops.get(p).is_some_and(|&d| d > 0) {
+                        continue;
+                    }
+                    // V7 expand() runs in the process: a task reaching it while waking
+                    // first gets dispatched.
+                    if !matches!(self.drv.disp.state(t.id), TaskState::Running(_)) {
+                        t.phase -= 1;
+                        t.remaining = 0;
+                        t.work = Work::Plain;
+                        return Step::Run;
+                    }
+                    if once {
+                        if t.loops.len() <= p {
+                            t.loops.resize(p + 1, 0);
+                        }
+                        t.loops[p] = 1;
+                    }
+                    self.swap_grow(i, kb);
+                }
                 Phase::Leave => {
                     self.send(i, "", Request::Leave);
                 }

@@ -279,6 +279,9 @@ impl Builder<'_> {
                 let span = t.size_kb.as_ref().map_or(t.name.span(), |s| s.span());
                 return Err(self.err(span, "size_kb needs a [memory] section (main memory and the swap device)"));
             }
+            if let Some(n) = raw.task.iter().find_map(|t| t.text.as_ref()) {
+                return Err(self.err(n.span(), "text needs a [memory] section with the shared texts"));
+            }
             return Ok(None);
         };
         let mr = m.get_ref();
@@ -344,7 +347,24 @@ impl Builder<'_> {
             dma_steal_ppm,
             min_swapped_out: mr.min_swapped_out.map_or(0, |d| d.0),
             wake_on_ready: mr.wake_on_ready.unwrap_or(false),
+            copy_per_kb: mr.copy_per_kb.map_or(0, |d| d.0),
         };
+        // Shared texts, in the order of their names.
+        let mut text_names = Vec::new();
+        let mut texts = Vec::new();
+        if let Some(ts) = &mr.texts {
+            for (name, kb) in ts.get_ref() {
+                if !(1..=size_kb as i64).contains(kb.get_ref()) {
+                    return Err(self.err(
+                        kb.span(),
+                        format!("text '{name}' size must be from 1 to the memory size ({size_kb} KB), found {}", kb.get_ref()),
+                    ));
+                }
+                text_names.push(name.clone());
+                texts.push(*kb.get_ref() as u64);
+            }
+        }
+        let mut text_of = Vec::with_capacity(tasks.len());
         // Sizes, task by task in file order (a count group's copies are consecutive).
         let mut sizes = Vec::with_capacity(tasks.len());
         for t in &raw.task {
@@ -368,9 +388,24 @@ impl Builder<'_> {
             // Every image carries its u-area (V7: the per-process `user` structure and
             // kernel stack, swapped with the data segment).
             sizes.extend((0..copies).map(|k| list[k % list.len()] as u64 + u_area_kb));
+            let text = match &t.text {
+                None => None,
+                Some(n) => match text_names.iter().position(|x| x == n.get_ref()) {
+                    Some(k) => Some(k),
+                    None => {
+                        let known = if text_names.is_empty() {
+                            "none is defined".to_string()
+                        } else {
+                            format!("expected one of {}", text_names.join(", "))
+                        };
+                        return Err(self.err(n.span(), format!("text '{}' is not in [memory] texts; {known}", n.get_ref())));
+                    }
+                },
+            };
+            text_of.extend((0..copies).map(|_| text));
         }
         debug_assert_eq!(sizes.len(), tasks.len());
-        Ok(Some(Memory { config, sizes }))
+        Ok(Some(Memory { config, sizes, text_of, texts }))
     }
 
     fn check_name(&self, n: &Spanned<String>, what: &str) -> R<String> {
@@ -686,11 +721,13 @@ impl Builder<'_> {
             ("terminal", raw.terminal.as_ref().map(Spanned::span)),
             ("times", raw.times.as_ref().map(Spanned::span)),
             ("io", raw.io.as_ref().map(Spanned::span)),
+            ("grow", raw.grow.as_ref().map(Spanned::span)),
+            ("grow_once", raw.grow_once.as_ref().map(Spanned::span)),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io";
+        const KEYS: &str = "run, sleep, fault, timer, yield, send, join, leave, hand_off, terminal, times, io, grow, grow_once";
         match given.as_slice() {
             [] => return Err(self.err(p.span(), format!("empty phase; expected one key of {KEYS}"))),
             [_] => {}
@@ -737,6 +774,15 @@ impl Builder<'_> {
                 return Err(self.err(io.disk.span(), "io needs a disk name, e.g. disk = \"rl1\""));
             }
             return Ok(Phase::Io { disk: io.disk.get_ref().clone(), time: io.time.0.clone() });
+        }
+        for (key, g, once) in [("grow", &raw.grow, false), ("grow_once", &raw.grow_once, true)] {
+            if let Some(g) = g {
+                let kb = *g.get_ref();
+                if kb == 0 || kb.unsigned_abs() > 1 << 30 {
+                    return Err(self.err(g.span(), format!("{key} is a change of the image in KB, not 0 (negative: shrink), found {kb}")));
+                }
+                return Ok(Phase::Grow { kb, once });
+            }
         }
         if let Some(n) = &raw.times {
             let k = *n.get_ref();
@@ -866,7 +912,7 @@ pub(crate) fn phase_takes_time(p: &Phase) -> bool {
         Phase::RtTimer { period, .. } => *period > 0,
         Phase::HandOff { sleep, .. } => positive_mean(sleep),
         Phase::Timer(n) => *n > 0,
-        Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave => false,
+        Phase::Yield | Phase::Send(_) | Phase::Join(_) | Phase::Leave | Phase::Grow { .. } => false,
         // a task may block here, but need not (an uncontended lock, a barrier of one)
         Phase::Sync(_) => false,
     }

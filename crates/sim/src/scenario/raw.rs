@@ -77,6 +77,9 @@ pub(super) struct RawMemory {
     pub(super) min_swapped_out: Option<Dur>,
     pub(super) wake_on_ready: Option<bool>,
     pub(super) u_area_kb: Option<Spanned<i64>>,
+    /// Shared text segments by name: their sizes in KB.
+    pub(super) texts: Option<Spanned<BTreeMap<String, Spanned<i64>>>>,
+    pub(super) copy_per_kb: Option<Dur>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +139,8 @@ pub(super) struct RawTask {
     pub(super) params: Option<BTreeMap<String, TaskParam>>,
     pub(super) loop_at: Option<Dur>,
     pub(super) size_kb: Option<Spanned<SizeV>>,
+    /// The shared text segment it runs (a name in `[memory] texts`).
+    pub(super) text: Option<Spanned<String>>,
     #[serde(alias = "behavior")]
     pub(super) behaviour: Spanned<RawBehaviour>,
 }
@@ -226,6 +231,8 @@ pub(super) struct RawPhase {
     pub(super) terminal: Option<Spanned<DistV>>,
     pub(super) times: Option<Spanned<i64>>,
     pub(super) io: Option<Spanned<RawIo>>,
+    pub(super) grow: Option<Spanned<i64>>,
+    pub(super) grow_once: Option<Spanned<i64>>,
 }
 
 /// `{ io = { disk = "rl1", time = ... } }`: a transfer on a drive.
