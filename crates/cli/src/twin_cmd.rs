@@ -36,6 +36,17 @@ pub struct TwinArgs {
     /// Simulate the machine model's measured stalls as unscheduled time.
     #[arg(long)]
     stalls: bool,
+    /// Run a policy module (docs/modules.md) as scheduler --name in both worlds: it
+    /// replaces the scheduler the file's threads of that class are mapped to.
+    #[arg(long, value_name = "FILE")]
+    load: Option<PathBuf>,
+    /// The scheduler the module replaces: rt (SCHED_FIFO/RR threads) or dl
+    /// (SCHED_DEADLINE threads).
+    #[arg(long, requires = "load", default_value = "rt")]
+    name: String,
+    /// A module parameter KEY=VALUE (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE", requires = "load")]
+    params: Vec<String>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -67,7 +78,20 @@ fn machine(file: Option<&Path>) -> Result<MachineModel> {
 pub fn twin(a: TwinArgs) -> Result<ExitCode> {
     let duration =
         a.duration.as_deref().map(vassal_core::parse_duration).transpose().with_context(|| format!("--duration {:?}", a.duration))?;
-    let opts = Options { machine: machine(a.machine.as_deref())?, policy: a.policy, duration, stalls: a.stalls, kernel: a.kernel };
+    if a.kernel && a.load.is_some() {
+        bail!("--load runs a module under the agent; --kernel runs the kernel's scheduler instead");
+    }
+    let load = match &a.load {
+        Some(path) => {
+            // Absolute: the agent reads it from its own config file's directory.
+            let path = std::fs::canonicalize(path).with_context(|| format!("--load {}", path.display()))?;
+            let params =
+                a.params.iter().map(|p| vassal_sim::modules::parse_param(p)).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
+            Some(twin::Load { path, name: a.name.clone(), params })
+        }
+        None => None,
+    };
+    let opts = Options { machine: machine(a.machine.as_deref())?, policy: a.policy, duration, stalls: a.stalls, kernel: a.kernel, load };
     let w = Workload::load(&a.file, &opts).map_err(anyhow::Error::msg)?;
     let sim = twin::simulate(&w, &opts).map_err(anyhow::Error::msg)?;
     let real = if a.sim_only {

@@ -16,7 +16,7 @@ fn machine(cpus: u16, switch: u64, wake: u64) -> MachineModel {
 }
 
 fn opts(m: MachineModel, ms: u64) -> Options {
-    Options { machine: m, policy: None, duration: Some(ms * 1_000_000), stalls: false, kernel: false }
+    Options { machine: m, policy: None, duration: Some(ms * 1_000_000), stalls: false, kernel: false, load: None }
 }
 
 fn sim(json: &str, o: &Options) -> (Workload, twin::SimSide) {
@@ -142,6 +142,37 @@ fn the_agent_gets_the_simulated_hierarchy() {
         ]
     );
     assert_eq!(w.threads.iter().map(|t| t.index).collect::<Vec<_>>(), [0, 1, 2, 3]);
+}
+
+/// `vassal twin --load FILE --name rt` (issue 18 item 4): the SDK's `fifo` module runs in
+/// place of `rt` in the simulation and in the agent's configuration (a `module` line the
+/// agent's parser accepts). On one CPU with a 5 µs switch and a 50 µs wake-up, `hi` (FIFO
+/// 30, 1 ms every 5 ms) and `lo` (FIFO 10, 4 ms every 10 ms): under fps `hi` preempts
+/// `lo` at every wake (wu_lat 55 µs always); under fifo, which knows no priorities and
+/// runs a task until it blocks, `hi` waits behind `lo`'s 4 ms run in some periods. A
+/// module named for no scheduler of the workload is refused, naming those it has.
+#[test]
+fn a_module_replaces_a_scheduler_in_both_worlds() {
+    let fifo = vassal_module::example_path("fifo").unwrap_or_else(|e| panic!("{e}"));
+    let json = r#"{ "tasks": {
+        "hi": { "policy": "SCHED_FIFO", "priority": 30, "run": 1000, "timer": { "ref": "hi", "period": 5000 } },
+        "lo": { "policy": "SCHED_FIFO", "priority": 10, "run": 4000, "timer": { "ref": "lo", "period": 10000 } } } }"#;
+    let fps = opts(machine(1, 5_000, 50_000), 200);
+    let (_, s) = sim(json, &fps);
+    assert_eq!(s.summaries[0].wu_lat_p99_us, Some(55.0));
+    let load = twin::Load { path: fifo.clone(), name: "rt".into(), params: Default::default() };
+    let o = Options { load: Some(load.clone()), ..opts(machine(1, 5_000, 50_000), 200) };
+    let (w, s) = sim(json, &o);
+    assert!(s.summaries[0].wu_lat_p99_us.unwrap() > 1_000.0, "{:?}", s.summaries[0]);
+    let (sc, _, _) = twin::scenario(&w, &o).unwrap();
+    let cfg = live::agent_config(&sc);
+    let c = vassal_agent::config::Config::from_toml(&format!("socket = \"/tmp/x.sock\"\n{cfg}")).unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+    let rt = c.schedulers.iter().find(|s| s.name == "rt").unwrap_or_else(|| panic!("{cfg}"));
+    assert_eq!(rt.module.as_deref(), Some(fifo.to_str().unwrap()), "{cfg}");
+    let bad = Options { load: Some(twin::Load { name: "dl".into(), ..load }), ..opts(machine(1, 5_000, 50_000), 200) };
+    let w = Workload::parse(json, "t", &bad).unwrap();
+    let Err(e) = twin::simulate(&w, &bad) else { panic!("a module named for no scheduler was accepted") };
+    assert!(e.contains("--name dl") && e.contains("'rt'"), "{e}");
 }
 
 /// Without a real run the table and the JSON carry the simulated side; a file without a

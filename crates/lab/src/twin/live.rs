@@ -86,6 +86,18 @@ pub fn agent_config(sc: &Scenario) -> String {
         c.push_str(&format!("params = {{ {} }}\n", v.join(", ")));
     }
     for s in &sc.schedulers {
+        // A module declares its own usage (docs/modules.md).
+        if let Some(path) = vassal_sim::modules::module_path(&s.policy) {
+            c.push_str(&format!(
+                "[[scheduler]]\nname = \"{}\"\nmodule = {}\n",
+                s.name,
+                serde_json::to_string(&path.display().to_string()).unwrap_or_default()
+            ));
+            if !s.policy.params.is_empty() {
+                c.push_str(&format!("params = {}\n", params(&s.policy.params)));
+            }
+            continue;
+        }
         c.push_str(&format!("[[scheduler]]\nname = \"{}\"\nkind = \"{}\"\n", s.name, s.policy.kind));
         if !s.policy.params.is_empty() {
             c.push_str(&format!("params = {}\n", params(&s.policy.params)));
@@ -291,9 +303,22 @@ fn run_in(w: &Workload, sc: &Scenario, opts: &LiveOptions, dir: &Path, cpus: u16
             // the move, which refuses another scheduler's parameters (docs/twin.md).
             c.join_thread(pid, tid, t.scheduler.as_deref(), BTreeMap::new())
                 .map_err(|e| failed(&mut rtapp, format!("joining thread {} ({tid}) to {to}: {e}", t.name)))?;
+            // A module (`--load`) may not take rt-app's parameters as messages (the SDK's
+            // fifo takes none): a refusal is noted, not fatal — in the simulation the
+            // module is given them at attach and may ignore them there too.
+            let module = t
+                .scheduler
+                .as_deref()
+                .and_then(|n| sc.schedulers.iter().find(|s| s.name == n))
+                .is_some_and(|s| vassal_sim::modules::module_path(&s.policy).is_some());
             for (k, v) in &t.params {
                 let call = Call::Param { pid, tid: Some(tid), name: k.clone(), value: *v };
-                c.ok(&call).map_err(|e| failed(&mut rtapp, format!("thread {} ({tid}) in {to}: {k} = {v}: {e}", t.name)))?;
+                match c.ok(&call) {
+                    Err(e) if module => notes.push(format!("thread {} in module {to}: {k} = {v} refused ({e})", t.name)),
+                    r => {
+                        r.map_err(|e| failed(&mut rtapp, format!("thread {} ({tid}) in {to}: {k} = {v}: {e}", t.name)))?;
+                    }
+                }
             }
         }
     }

@@ -55,6 +55,19 @@ pub struct Options {
     /// The real side runs under the kernel's scheduler, not the agent: the simulated
     /// timer wake-up is the kernel's (else the agent's, when the model has it).
     pub kernel: bool,
+    /// A policy module run as one of the workload's schedulers, in both worlds.
+    pub load: Option<Load>,
+}
+
+/// `vassal twin --load FILE --name NAME`: the module in `path` runs as scheduler `name`
+/// (`rt` or `dl`: one the file's threads are mapped to) in both worlds — in the
+/// simulation as `vassal sim --load` runs it (`vassal_sim::modules::apply_load`), and in
+/// the agent as a `[[scheduler]]` with `module = path` (docs/modules.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Load {
+    pub path: std::path::PathBuf,
+    pub name: String,
+    pub params: BTreeMap<String, ParamValue>,
 }
 
 /// One rt-app thread instance: what it is called in both worlds and how it is scheduled.
@@ -171,6 +184,9 @@ pub fn scenario(w: &Workload, opts: &Options) -> Result<(Scenario, Vec<Vec<LoopS
         sc.machine.unscheduled =
             Some(Unscheduled { interval: Dist::Exp(every.max(1)), duration: Dist::Exp(m.stall_p50_ns.max(1)), also: Vec::new() });
     }
+    if let Some(l) = &opts.load {
+        load_module(&mut sc, l)?;
+    }
     if sc.default_policy.kind == "bvt" || sc.default_policy.kind == "bvt2" {
         sc.default_policy.params =
             BVT_PARAMS.iter().map(|(k, v)| (k.to_string(), ParamValue::Str(v.to_string()))).collect::<BTreeMap<_, _>>();
@@ -191,6 +207,24 @@ pub fn scenario(w: &Workload, opts: &Options) -> Result<(Scenario, Vec<Vec<LoopS
         }
     }
     Ok((sc, loops, scale))
+}
+
+/// Puts the module of `l` in place of the workload's scheduler of its name. Refused,
+/// naming the schedulers there are, if the workload has no scheduler of that name (a
+/// module added beside them would have no thread) or names the default (the agent
+/// cannot run a module as its default: nothing is below it to take its tasks if it is
+/// ejected).
+fn load_module(sc: &mut Scenario, l: &Load) -> Result<(), String> {
+    if !sc.schedulers.iter().any(|s| s.name == l.name) {
+        let names: Vec<String> = sc.schedulers.iter().map(|s| format!("'{}'", s.name)).collect();
+        let have = if names.is_empty() { "none (every thread is SCHED_OTHER: the default)".to_string() } else { names.join(", ") };
+        return Err(format!(
+            "--name {}: the module must replace a scheduler the workload's threads use (rt for SCHED_FIFO/RR, dl for SCHED_DEADLINE); this workload has {have}",
+            l.name
+        ));
+    }
+    vassal_sim::modules::apply_load(sc, &l.path, &l.name, &vassal_sim::modules::Place::Top, None, None, l.params.clone())
+        .map_err(|e| format!("--load {}: {e}", l.path.display()))
 }
 
 /// Simulates `w` on the machine model.
