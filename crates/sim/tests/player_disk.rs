@@ -40,7 +40,7 @@ fn a_player_alone_reads_and_keeps_its_frame_rate() {
     assert!((119..=120).contains(&mpeg.response.count), "{}", mpeg.response.count);
     assert_eq!(mpeg.jobs_missed, 0);
     let hda = r.kernel.disks.iter().find(|d| d.name == "hda").unwrap();
-    assert_eq!(hda.served, mpeg.response.count + u64::from(mpeg.jobs_pending), "one read per frame");
+    assert_eq!(hda.served, mpeg.response.count + mpeg.jobs_pending, "one read per frame");
 }
 
 #[test]
