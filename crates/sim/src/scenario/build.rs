@@ -660,6 +660,9 @@ impl Builder<'_> {
                 if period.get_ref().0 == 0 {
                     return Err(self.err(period.span(), "period must be greater than 0"));
                 }
+                if let Some(d) = raw.disk.as_ref().filter(|d| d.get_ref().is_empty()) {
+                    return Err(self.err(d.span(), "disk needs a drive's name, e.g. disk = \"hda\""));
+                }
                 let read = match (&raw.read, &raw.disk) {
                     (None, None) => None,
                     (Some(r), Some(d)) => Some((d.get_ref().clone(), r.get_ref().0.clone())),
@@ -675,6 +678,10 @@ impl Builder<'_> {
                 }
             }
             "interactive" => Behaviour::Interactive { burst: dist(&raw.burst, "burst")?, think: dist(&raw.think, "think")? },
+            "io" if raw.disk.as_ref().is_some_and(|d| d.get_ref().is_empty()) => {
+                let d = raw.disk.as_ref().expect("checked");
+                return Err(self.err(d.span(), "disk needs a drive's name, e.g. disk = \"hda\""));
+            }
             "io" => Behaviour::Io {
                 run: dist(&raw.run, "run")?,
                 sleep: dist(&raw.sleep, "sleep")?,
