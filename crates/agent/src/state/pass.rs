@@ -414,7 +414,8 @@ impl Agent {
         if let Some(tr) = self.trace.as_mut() {
             use std::io::Write;
             if runnable != st.is_runnable() || ran > 0 {
-                let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
+                let since = woke_at.map(|w| (now as i64 - w as i64) / 1000);
+                let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable} (woke {since:?} us ago)", now / 1000);
             }
         }
         if runnable != st.is_runnable() {
