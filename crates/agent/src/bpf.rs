@@ -451,7 +451,7 @@ mod tests {
         assert!(Event::decode(&good[..23]).is_none());
         assert!(Event::decode(&[good.as_slice(), &[0]].concat()).is_none());
         assert!(Event::decode(&[]).is_none());
-        for kind in [0u32, 4, u32::MAX] {
+        for kind in [0u32, 5, u32::MAX] {
             let mut b = good;
             b[8..12].copy_from_slice(&kind.to_ne_bytes());
             assert!(Event::decode(&b).is_none(), "kind {kind}");
