@@ -83,6 +83,20 @@ pub fn set_nice(tid: i32, nice: i32) -> io::Result<()> {
     check(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) })
 }
 
+/// The nice of thread `tid` now.
+pub fn get_nice(tid: i32) -> io::Result<i32> {
+    // SAFETY: getpriority returns -1 both as a value and as an error: errno tells them
+    // apart, so it is cleared first.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        if n == -1 && *libc::__errno_location() != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n)
+    }
+}
+
 pub fn get_affinity(tid: i32) -> io::Result<Mask> {
     let mut m: Mask = [0; MASK_WORDS];
     // SAFETY: the kernel writes at most size_of::<Mask>() bytes into `m`.

@@ -208,6 +208,10 @@ impl Agent {
         self.dirty.clear();
         ids.sort_unstable();
         ids.dedup();
+        // Taken off a CPU before put on one: a thread selected where another was running
+        // is then changed after the other was parked, so the kernel's preemption check at
+        // its change sees the parked one (SCHED_IDLE) and switches at once.
+        ids.sort_by_key(|&id| matches!(self.drv.disp.state(TaskId(id)), TaskState::Running(_)));
         self.throttled_until = None;
         let mut pids = Vec::with_capacity(ids.len());
         for id in ids {
@@ -395,6 +399,23 @@ impl Agent {
                 KState::Run { class: RunClass::Other(Some(n)), .. } => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
                     .and_then(|_| kernel::set_nice(tid, n as i32))
                     .map(|_| m.niced = true),
+                KState::Run { class: RunClass::Other(None), .. } if idle && m.run => {
+                    // A runnable thread leaving SCHED_IDLE for SCHED_OTHER at the same
+                    // nice: the kernel checks no preemption (same class, same priority),
+                    // so it would wait for the next kernel tick (4 ms) behind whatever
+                    // runs there, often the thread just parked. Its nice one step off
+                    // while still idle, and back once SCHED_OTHER, is a priority change
+                    // the kernel acts on at once (`prio_changed_fair`: wakeup_preempt).
+                    // Its own nice: the one it had before the agent set one, else the
+                    // one it has (a thread may set its own, as rt-app's do).
+                    let own = if m.niced { Ok(m.nice0 as i32) } else { kernel::get_nice(tid) };
+                    m.niced = false;
+                    own.and_then(|n| {
+                        kernel::set_nice(tid, if n < 19 { n + 1 } else { n - 1 })
+                            .and_then(|_| kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0))
+                            .and_then(|_| kernel::set_nice(tid, n))
+                    })
+                }
                 KState::Run { class: RunClass::Other(None), .. } => {
                     kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m))
                 }

@@ -371,8 +371,9 @@ impl Agent {
     ) -> Answer {
         let fresh = !self.groups.contains_key(&pid);
         if fresh {
-            let initial = if tid.is_none() { params.clone() } else { BTreeMap::new() };
-            if let Err(e) = self.check_manageable(pid).and_then(|()| self.manage(now, pid, uid, &initial)) {
+            // Its parameters are given below, to the scheduler it joins (not to the
+            // default first, which may not know them: `--sched rt --param priority=20`).
+            if let Err(e) = self.check_manageable(pid).and_then(|()| self.manage(now, pid, uid, &BTreeMap::new())) {
                 self.settle(now);
                 return Answer::refused(e);
             }
@@ -387,15 +388,9 @@ impl Agent {
                 return Answer::refused(e);
             }
         };
-        if !fresh || tid.is_some() {
-            // New parameters go to the schedulers one by one.
-            for (k, v) in params {
-                if let Err(why) = self.set_param(now, pid, tid, uid, k, *v) {
-                    self.settle(now);
-                    return Answer::refused(format!("parameter {k}: {why}"));
-                }
-            }
-        }
+        // What the parameters were, to put back if one is refused.
+        let group_params = self.groups.get(&pid).map(|g| g.params.clone()).unwrap_or_default();
+        let own: Vec<(u32, BTreeMap<String, i64>)> = ids.iter().filter_map(|&id| Some((id, self.tasks.get(&id)?.own.clone()))).collect();
         let target = sched.unwrap_or(self.drv.disp.default_sched());
         let mut moved: Vec<(u32, SchedId)> = Vec::new();
         for &id in &ids {
@@ -420,6 +415,36 @@ impl Agent {
         for &(id, was) in &moved {
             if self.drv.disp.owner(TaskId(id)) != Some(was) {
                 self.resend_params(now, id);
+            }
+        }
+        // New parameters go to the scheduler they joined, one by one. A refused one
+        // changes nothing: the parameters are put back as they were, and the threads
+        // back where they were, with them.
+        for (k, v) in params {
+            if let Err(why) = self.set_param(now, pid, tid, uid, k, *v) {
+                if let Some(g) = self.groups.get_mut(&pid) {
+                    g.params = group_params;
+                }
+                for (id, o) in own {
+                    if let Some(m) = self.tasks.get_mut(&id) {
+                        m.own = o;
+                    }
+                }
+                for &(id, was) in &moved {
+                    let t = TaskId(id);
+                    if self.drv.disp.owner(t) != Some(was) {
+                        let _ = self.drv.disp.message(now, was, Sender { task: Some(t), uid }, t, &Request::Join);
+                    }
+                    self.resend_params(now, id);
+                    self.touch(id);
+                }
+                if fresh {
+                    self.unmanage(now, pid);
+                } else {
+                    self.rebalance(now, pid);
+                }
+                self.settle(now);
+                return Answer::refused(format!("parameter {k}: {why}"));
             }
         }
         self.rebalance(now, pid);

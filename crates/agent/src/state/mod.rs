@@ -286,6 +286,8 @@ pub struct Agent {
     ev_buf: Vec<crate::bpf::Event>,
     /// BPF events seen (for `status`).
     pub bpf_events: u64,
+    /// Wakes the BPF programs missed, told when the thread was seen running (crate::bpf).
+    pub missed_wakes: u64,
     /// Runs of armed threads replayed (`replay_run`), and CPU-clock bounds that fired
     /// (`cpu_timers_fired`), for `status`.
     pub replayed_runs: u64,
@@ -410,6 +412,7 @@ impl Agent {
             source: Source::Poll,
             ev_buf: Vec::new(),
             bpf_events: 0,
+            missed_wakes: 0,
             replayed_runs: 0,
             bounds_fired: 0,
             last_pass: now,

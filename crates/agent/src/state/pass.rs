@@ -205,6 +205,11 @@ impl Agent {
         if let Some(t) = self.chrome.as_mut() {
             t.flush();
         }
+        if let Some(tr) = self.trace.as_mut() {
+            // Flushed at each pass: the agent may be stopped after its last restore.
+            use std::io::Write;
+            let _ = tr.flush();
+        }
     }
 
     /// Re-lists the processes whose rescan is due; with BPF events, every one due within
@@ -266,6 +271,15 @@ impl Agent {
                 continue;
             }
             let woke = e.kind == Kind::Wake;
+            if woke && e.state == crate::bpf::MISSED_WAKE && !m.run {
+                // Seen running while its last event said blocked: the kernel did not run
+                // the wake program for its wake (crate::bpf, sched.bpf.c).
+                self.missed_wakes += 1;
+                if let Some(tr) = self.trace.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(tr, "{} {task} missed wake, seen running on cpu {:?}", now / 1000, e.cpu);
+                }
+            }
             m.run = woke;
             if woke && m.woke_at.is_none() {
                 m.woke_at = Some(e.time);
@@ -400,7 +414,8 @@ impl Agent {
         if let Some(tr) = self.trace.as_mut() {
             use std::io::Write;
             if runnable != st.is_runnable() || ran > 0 {
-                let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable}", now / 1000);
+                let since = woke_at.map(|w| (now as i64 - w as i64) / 1000);
+                let _ = writeln!(tr, "{} {task} ran {ran} {st:?} -> runnable={runnable} (woke {since:?} us ago)", now / 1000);
             }
         }
         if runnable != st.is_runnable() {
