@@ -120,6 +120,24 @@ fn the_periodic_set_runs_under_the_agent_and_leaves_nothing() {
         .filter(|e| e.has_sched_switch() && e.sched_switch().next_comm() == "audio")
         .count();
     assert!(switches > 0, "audio was never switched in");
+    // the agent's own decisions, as Perfetto too: audio selected, its spans ending asleep
+    let bytes = std::fs::read(dir.join("real/agent.pftrace")).expect("the agent's trace");
+    let trace = vassal_perfetto::decode(&bytes).unwrap();
+    let audio: Vec<i32> = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_process_tree())
+        .flat_map(|p| p.process_tree().threads.iter().filter(|t| t.name() == "audio").map(|t| t.tid()))
+        .collect();
+    assert_eq!(audio.len(), 1, "audio declared once in the agent's trace");
+    let asleep = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_ftrace_events())
+        .flat_map(|p| p.ftrace_events().event.iter())
+        .filter(|e| e.has_sched_switch() && e.sched_switch().prev_pid() == audio[0] && e.sched_switch().prev_state() == 1)
+        .count();
+    assert!(asleep > 100, "the agent selected audio and saw it block: {asleep} spans");
     assert!(dir.join("sim.pftrace").is_file() && dir.join("twin.html").is_file() && dir.join("real/twin-audio-0.log").is_file());
     assert!(gone(j["real"]["rtapp_pid"].as_i64().unwrap()), "rt-app is gone");
     assert!(gone(j["real"]["agent_pid"].as_i64().unwrap()), "the agent is gone");

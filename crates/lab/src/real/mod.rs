@@ -80,6 +80,11 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts `exe agent` with `config` (the socket line is added), under `timeout -s KILL`.
     pub fn start(exe: &std::path::Path, config: &str, limit_s: u32) -> io::Result<AgentProcess> {
+        Self::start_with(exe, config, limit_s, &[])
+    }
+
+    /// [`Self::start`] with more arguments for `vassal agent` (e.g. `--trace FILE`).
+    pub fn start_with(exe: &std::path::Path, config: &str, limit_s: u32, args: &[&std::ffi::OsStr]) -> io::Result<AgentProcess> {
         let dir = std::env::temp_dir().join(format!("vassal-real-{}-{}", std::process::id(), now_ns()));
         std::fs::create_dir_all(&dir)?;
         let sock = dir.join("agent.sock").to_string_lossy().into_owned();
@@ -97,6 +102,7 @@ impl AgentProcess {
             .arg("agent")
             .arg("--config")
             .arg(&cfg)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;

@@ -203,7 +203,15 @@ fn run_in(w: &Workload, sc: &Scenario, opts: &LiveOptions, dir: &Path, cpus: u16
     let agent = if opts.kernel {
         None
     } else {
-        let a = AgentProcess::start(opts.exe, &agent_config(sc), limit_s).map_err(|e| format!("starting the agent: {e}"))?;
+        // With a directory to keep files in, the agent writes its decisions as a Perfetto
+        // trace (`agent.pftrace`, at its orderly stop — the end of this function —, kept
+        // with the run's other files: crate agent's decisions.rs).
+        let trace = opts.keep.map(|_| dir.join("agent.pftrace"));
+        let args: Vec<&std::ffi::OsStr> = match &trace {
+            Some(t) => vec!["--trace".as_ref(), t.as_os_str()],
+            None => Vec::new(),
+        };
+        let a = AgentProcess::start_with(opts.exe, &agent_config(sc), limit_s, &args).map_err(|e| format!("starting the agent: {e}"))?;
         Some(a)
     };
     let mut client = match &agent {
