@@ -299,8 +299,18 @@ mod tests {
         go2_tx.send(()).unwrap();
         watched.join().unwrap();
         other.join().unwrap();
+        // `join` returns when the thread's tid is cleared (CLONE_CHILD_CLEARTID, early in
+        // do_exit), before its last switch-out with TASK_DEAD is traced: drained until the
+        // exit is seen, for up to a second (a fresh clone's CI run once drained first).
         let mut evs = Vec::new();
-        src.drain(&mut evs);
+        let until = crate::kernel::now_ns() + 1_000_000_000;
+        loop {
+            src.drain(&mut evs);
+            if evs.last().is_some_and(|e| e.exited()) || crate::kernel::now_ns() > until {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         src.unwatch(tid);
         assert!(evs.iter().all(|e| e.tid == tid && e.tgid == pid && e.time >= t0.saturating_sub(1_000_000)), "{evs:?} (other {other_tid})");
         let kinds: Vec<(Kind, bool)> = evs.iter().map(|e| (e.kind, e.exited())).collect();
