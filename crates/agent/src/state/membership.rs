@@ -699,27 +699,10 @@ impl Agent {
             if self.tasks.get(&id).is_none_or(|m| m.weight == w) {
                 continue;
             }
-            let task = TaskId(id);
-            let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
-            let r = self.drv.disp.message(
-                now,
-                owner,
-                Sender { task: Some(task), uid },
-                task,
-                &Request::Param { name: "weight".into(), value: w },
-            );
+            let r = self.give_weight(now, id, uid, w);
             self.touch(id);
-            match r {
-                Reply::Refused(why) => {
-                    if result.is_ok() {
-                        result = Err(why);
-                    }
-                }
-                _ => {
-                    if let Some(m) = self.tasks.get_mut(&id) {
-                        m.weight = w;
-                    }
-                }
+            if let (Reply::Refused(why), true) = (r, result.is_ok()) {
+                result = Err(why);
             }
         }
         result
@@ -753,20 +736,24 @@ impl Agent {
         let rank = sharing.iter().position(|&t| t == tid).unwrap_or(0);
         let want = divided_weight(w, sharing.len(), rank);
         if self.tasks[&id].weight != want {
-            let task = TaskId(id);
             let uid = g.uid;
-            let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
-            let r = self.drv.disp.message(
-                now,
-                owner,
-                Sender { task: Some(task), uid },
-                task,
-                &Request::Param { name: "weight".into(), value: want },
-            );
-            if !matches!(r, Reply::Refused(_)) {
-                self.tasks.get_mut(&id).expect("looked up").weight = want;
+            self.give_weight(now, id, uid, want);
+        }
+    }
+
+    /// Tells thread `id`'s scheduler its weight is `w` (as `uid` asks) and, unless it
+    /// refuses, records it as the thread's weight.
+    fn give_weight(&mut self, now: Ns, id: u32, uid: u32, w: i64) -> Reply {
+        let task = TaskId(id);
+        let owner = self.drv.disp.owner(task).unwrap_or(self.drv.disp.default_sched());
+        let r =
+            self.drv.disp.message(now, owner, Sender { task: Some(task), uid }, task, &Request::Param { name: "weight".into(), value: w });
+        if !matches!(r, Reply::Refused(_)) {
+            if let Some(m) = self.tasks.get_mut(&id) {
+                m.weight = w;
             }
         }
+        r
     }
 
     /// MessageToScheduler about process `pid` — or thread `tid` of it — to scheduler
