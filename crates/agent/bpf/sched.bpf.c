@@ -11,34 +11,38 @@
 // Events (struct vassal_event, 24 bytes; decoded by bpf::Event::decode):
 //   BLOCK  sched_switch: prev is managed, !preempt and prev_state != TASK_RUNNING (0):
 //          prev went to sleep (a preemption or a yield is not a block);
-//   WAKE   sched_wakeup: a managed task became runnable (traced once it is on a run
-//          queue: after its own switch-out has been traced, so a wake never overtakes
-//          the block it ends; sched_waking can fire while the sleeper is still switching
-//          out on another CPU); `state` carries the CPU it was woken on (p->wake_cpu, set
-//          with the CPU of the run queue it was put on);
+//   WAKE   sched_wakeup: a managed thread whose last event was a BLOCK (the BLOCKED
+//          flag in its `tids` value, set at the block and cleared here: each block is
+//          followed by one wake) is on a run queue again (traced after its own switch-out
+//          has been traced, so a wake never overtakes the block it ends; sched_waking can
+//          fire while the sleeper is still switching out on another CPU); `state` carries
+//          the CPU it was woken on (p->wake_cpu, set with the CPU of the run queue it was
+//          put on). On this VM's 6.18 kernel the program is now and then not run for a
+//          managed thread's wake (0-2 times in a 2 s run of
+//          docs/examples/rt-app/twin-mutex.json: ftrace records the sched_waking, from a
+//          hard interrupt while a thread of the VM's PID 1 is current, then neither the
+//          sched_wakeup nor the switch into the thread; a program on sched_waking missed
+//          as many), and a thread the agent believed blocked was left parked for seconds;
 //   RUNNING sched_switch: a managed task switched in, or preempted, while its last event
-//          was a BLOCK (the BLOCKED flag its value carries from its block to its next
-//          wake): its wake was missed, and this stands for it (`state`: the CPU). Measured
-//          on this VM's 6.18 kernel: now and then (1-3 times in a 5 s run of
-//          docs/examples/rt-app/twin-mutex.json) the sched_wakeup program is not run for a
-//          managed thread's wake (ftrace's sched_wakeup is recorded; the program's count
-//          of that thread's wakes is one short; no recursion miss), and the agent, which
-//          believed the thread blocked, left it parked for seconds;
+//          was a BLOCK: its wake was missed (or it was running when it was watched: a
+//          new watch starts BLOCKED, the agent reading its state from /proc after), and
+//          this stands for it (`state`: the CPU). A missed wake of a thread that cannot
+//          run is found by the agent's audit (state/pass.rs);
 //   NEW    sched_wakeup_new: a new thread whose thread-group leader is managed (the
 //          agent adopts it at once instead of at its next rescan). The program runs in
 //          the creating thread's context (wake_up_new_task, called by clone), so the
 //          event carries the creator's tid (bpf_get_current_pid_tgid): the agent saves
 //          the state the new thread would have inherited from the creator's original.
 // Managed tids are the keys of `tids` (value: the tgid the agent manages them as, with
-// QUIET_WAKE set while the agent needs no wake-up for its wake, and BLOCKED, set by these
-// programs, from a block to the next wake; plain stores: a thread's block and its wake
-// are traced one after the other, never at once), inserted and deleted by
-// the agent at join, leave and rescan.
+// BLOCKED, set by these programs from a block to the next wake: plain stores, since a
+// thread's block and its wake are traced one after the other), inserted (with BLOCKED)
+// and deleted by the agent at join, leave and rescan and otherwise written only here.
+// `quiet` holds the tids whose wakes need no wake-up of the agent (the agent writes it).
 //
 // Wake-ups: the agent's dispatcher sleeps in epoll on the ring buffer. Every event wakes
 // it (BPF_RB_FORCE_WAKEUP: the default wakes the reader only when it had read
 // everything, and a quiet record below may be waiting unread) except the WAKE of a thread
-// marked QUIET_WAKE (BPF_RB_NO_WAKEUP): a thread the agent armed — the kernel runs it the
+// in `quiet` (BPF_RB_NO_WAKEUP): a thread the agent armed — the kernel runs it the
 // instant it wakes — whose wake the agent takes at its next pass (state/pass.rs, "quiet
 // wakes").
 
@@ -60,7 +64,6 @@ static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
 
 enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
-#define QUIET_WAKE 0x80000000u
 #define BLOCKED 0x40000000u
 
 struct task_struct {
@@ -75,6 +78,13 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } tids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} quiet SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -141,11 +151,11 @@ int vassal_wakeup(__u64 *ctx)
 	struct task_struct *p = (struct task_struct *)ctx[0];
 	__u32 tid = p->pid;
 	__u32 *v = bpf_map_lookup_elem(&tids, &tid);
-	if (!v)
+	if (!v || !(*v & BLOCKED))
 		return 0;
-	if (*v & BLOCKED)
-		*v &= ~BLOCKED;
-	return emit(p, EV_WAKE, (__u32)p->wake_cpu, (*v & QUIET_WAKE) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
+	*v &= ~BLOCKED;
+	__u64 flags = bpf_map_lookup_elem(&quiet, &tid) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
+	return emit(p, EV_WAKE, (__u32)p->wake_cpu, flags);
 }
 
 // tp_btf/sched_wakeup_new: (struct task_struct *p)

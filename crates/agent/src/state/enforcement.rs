@@ -503,7 +503,7 @@ impl Agent {
         // Not quiet: the map first, then the timer; quiet: the timer first. A quiet wake
         // is never unbounded.
         for &(id, q) in marks.iter().filter(|(_, q)| !q) {
-            self.mark_quiet(pid, id, q);
+            self.mark_quiet(id, q);
         }
         let Some(g) = self.groups.get_mut(&pid) else {
             return;
@@ -543,16 +543,16 @@ impl Agent {
             }
         }
         for &(id, q) in marks.iter().filter(|(_, q)| *q) {
-            self.mark_quiet(pid, id, q);
+            self.mark_quiet(id, q);
         }
     }
 
-    fn mark_quiet(&mut self, pid: i32, id: u32, quiet: bool) {
+    fn mark_quiet(&mut self, id: u32, quiet: bool) {
         let Source::Bpf(src) = &mut self.source else {
             return;
         };
         if let Some(m) = self.tasks.get_mut(&id) {
-            if src.set_quiet_wake(m.tid, pid, quiet) {
+            if src.set_quiet_wake(m.tid, quiet) {
                 m.quiet = quiet;
             }
         }

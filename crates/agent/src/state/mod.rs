@@ -52,6 +52,11 @@ pub const RESCAN_BPF: Ns = 5 * SEC;
 /// pass only (staggered by task), and the passes come up to `PARKED_EVERY` ticks apart
 /// while nothing changes (see `next_deadline`).
 pub const PARKED_EVERY: u64 = 4;
+/// With BPF events, threads the agent believes blocked are read from /proc at an audit
+/// every `AUDIT_EVERY`, at most `AUDIT_READS` per audit (round robin), for a wake the
+/// kernel ran no tracepoint program for (pass.rs, `audit`).
+pub const AUDIT_EVERY: Ns = 20 * MS;
+pub const AUDIT_READS: usize = 16;
 /// Latency samples kept per task.
 const LAT_SAMPLES: usize = 1024;
 /// The window of the share figures of `ctl tasks` and `ctl hierarchy`.
@@ -115,7 +120,7 @@ struct Managed {
     /// The one CPU the agent bound it to (None: still its own affinity). A parked thread
     /// stays where it was bound (enforcement.rs, *parked*).
     bound: Option<u16>,
-    /// Its wakes are quiet in the BPF map (`bpf::QUIET_WAKE`; pass.rs, "Quiet wakes").
+    /// Its wakes are quiet (in the BPF map `quiet`; pass.rs, "Quiet wakes").
     quiet: bool,
     /// Its CPU time (schedstat) when last read, and when.
     cpu_ns: u64,
@@ -286,8 +291,12 @@ pub struct Agent {
     ev_buf: Vec<crate::bpf::Event>,
     /// BPF events seen (for `status`).
     pub bpf_events: u64,
-    /// Wakes the BPF programs missed, told when the thread was seen running (crate::bpf).
+    /// Wakes the BPF programs missed, told when the thread was seen running (crate::bpf)
+    /// or found runnable by an audit (pass.rs, `audit`).
     pub missed_wakes: u64,
+    /// The next audit (BPF events), and the task id it starts from.
+    next_audit: Ns,
+    audit_from: u32,
     /// Runs of armed threads replayed (`replay_run`), and CPU-clock bounds that fired
     /// (`cpu_timers_fired`), for `status`.
     pub replayed_runs: u64,
@@ -413,6 +422,8 @@ impl Agent {
             ev_buf: Vec::new(),
             bpf_events: 0,
             missed_wakes: 0,
+            next_audit: now,
+            audit_from: 0,
             replayed_runs: 0,
             bounds_fired: 0,
             last_pass: now,

@@ -29,7 +29,7 @@
 //! anyway, and a 60 fps task's wakes were a third of all passes. An armed thread of the
 //! default scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose
 //! wake outside its slots must be held at once) therefore is marked in the BPF map
-//! (`bpf::QUIET_WAKE`): their wakes wait in the ring buffer for the next pass, while
+//! (the BPF map `quiet`): their wakes wait in the ring buffer for the next pass, while
 //! blocks still wake the dispatcher. A pass that finds such a process woken and blocked
 //! again replays its run to the policy in order (`replay_run`): wake, the decisions that
 //! follow, the CPU it used, block. A process that wakes and does not block again is
@@ -51,7 +51,7 @@
 use vassal_core::driver::{self, Hooks, RESCHED_LIMIT};
 use vassal_core::{Block, CpuId, Dispatched, Driver, Ns, Preempt, SchedId, TaskId, TaskState, Wake, SEC};
 
-use super::{sample, Agent, KState, RtBy, Source, LAT_SAMPLES, PARKED_EVERY, RESCAN_BPF};
+use super::{sample, Agent, KState, RtBy, Source, AUDIT_EVERY, AUDIT_READS, LAT_SAMPLES, PARKED_EVERY, RESCAN_BPF};
 
 /// TASK_STOPPED and TASK_TRACED in a task's state: a switch-out in them is a stop, not a
 /// block (include/linux/sched.h).
@@ -70,14 +70,18 @@ impl Agent {
     /// With BPF events there are no polls: a pass comes at a BPF event (the ring buffer
     /// wakes the dispatcher), at a broker call, at a scheduler event (exact), at the first
     /// tick at or after a slice end, at the next tick while some kernel state could not
-    /// be applied, at the processes' rescans (every `RESCAN_BPF`), and at least once a
-    /// second.
+    /// be applied, at the processes' rescans (every `RESCAN_BPF`), at the audit of
+    /// blocked threads (every `AUDIT_EVERY` while threads are managed), and at least once
+    /// a second.
     pub fn next_deadline(&self) -> Ns {
         let tick = self.cfg.tick;
         let mut d = if let Source::Bpf(_) = self.source {
             let mut d = self.last_pass.saturating_add(SEC);
             if !self.unsettled.is_empty() {
                 d = d.min(self.next_tick);
+            }
+            if !self.tasks.is_empty() {
+                d = d.min(self.next_audit);
             }
             d
         } else {
@@ -160,6 +164,10 @@ impl Agent {
         self.last_pass = now;
         let changes = self.changes;
         self.take_events(now);
+        if matches!(self.source, Source::Bpf(_)) && now >= self.next_audit {
+            self.audit(now);
+            self.next_audit = now + AUDIT_EVERY;
+        }
         if let Some(tr) = self.trace.as_mut() {
             // What brought this pass: its events, and how far the next scheduler event
             // and each CPU's slice end are (µs; negative: due).
@@ -271,9 +279,14 @@ impl Agent {
                 continue;
             }
             let woke = e.kind == Kind::Wake;
-            if woke && e.state == crate::bpf::MISSED_WAKE && !m.run {
-                // Seen running while its last event said blocked: the kernel did not run
-                // the wake program for its wake (crate::bpf, sched.bpf.c).
+            if woke && e.state == crate::bpf::MISSED_WAKE {
+                if m.run {
+                    // Running when it was watched (a watch starts as blocked: crate::bpf),
+                    // as the agent knows.
+                    continue;
+                }
+                // Seen running while its last event said blocked: the kernel ran neither
+                // wake program for its wake (crate::bpf, sched.bpf.c).
                 self.missed_wakes += 1;
                 if let Some(tr) = self.trace.as_mut() {
                     use std::io::Write;
@@ -292,6 +305,48 @@ impl Agent {
         self.ev_buf = evs;
         for id in exited {
             self.thread_exited(now, id);
+        }
+    }
+
+    /// The audit (BPF events): up to `AUDIT_READS` watched threads the agent believes
+    /// blocked — not armed (the kernel runs an armed thread at its wake, and its switch-in
+    /// then tells a missed wake at once) and not in a process the agent stopped — are
+    /// read from /proc, round robin; one found runnable had its wake missed by every
+    /// program (crate::bpf: on this VM a hard-interrupt wake while a thread of PID 1 is
+    /// current goes untraced now and then, its switch-in too, in ftrace as well), and is
+    /// told as woken now. Without it such a thread, parked (SCHED_IDLE) on a busy CPU,
+    /// was seen only when the kernel next gave it a slice: up to seconds.
+    fn audit(&mut self, now: Ns) {
+        let from = self.audit_from;
+        let candidates = self.tasks.range(from..).chain(self.tasks.range(..from)).filter(|(_, m)| {
+            m.watched && !m.run && !matches!(m.want, KState::Armed { .. }) && !self.groups.get(&m.pid).is_some_and(|g| g.stopped)
+        });
+        let ids: Vec<u32> = candidates.map(|(&id, _)| id).take(AUDIT_READS).collect();
+        self.audit_from = ids.last().map_or(0, |&id| id.wrapping_add(1));
+        // The state letter, not wchan (`StatFile::runnable`): wchan reads 0 for a sleeper
+        // still on its run queue (a fair-class thread's dequeue is delayed on this kernel),
+        // and the thread's block is already told.
+        let found: Vec<u32> =
+            ids.into_iter().filter(|id| self.tasks.get_mut(id).is_some_and(|m| m.stat.state().is_ok_and(|s| s == b'R'))).collect();
+        if found.is_empty() {
+            return;
+        }
+        // Drained again: a thread whose wake was told since this pass's drain is no
+        // longer believed blocked. (ttwu_do_wakeup sets TASK_RUNNING just before it traces
+        // sched_wakeup: a wake read in that instant is counted as missed, harmlessly.)
+        self.take_events(now);
+        for id in found {
+            let Some(m) = self.tasks.get_mut(&id) else { continue };
+            if !m.run {
+                m.run = true;
+                m.woke_at.get_or_insert(now);
+                self.missed_wakes += 1;
+                self.evented.insert(id);
+                if let Some(tr) = self.trace.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(tr, "{} task{id} missed wake, found runnable by the audit", now / 1000);
+                }
+            }
         }
     }
 
@@ -585,5 +640,62 @@ impl Hooks for Agent {
             use std::io::Write;
             let _ = writeln!(tr, "{} {cpu}: livelock, over {RESCHED_LIMIT} reschedules", now / 1000);
         }
+    }
+}
+
+#[cfg(all(test, vassal_bpf))]
+mod tests {
+    use super::*;
+    use crate::kernel;
+    use crate::wire::Answer;
+    use std::collections::BTreeMap;
+    use vassal_core::MS;
+
+    /// The audit on the live kernel: a thread the agent believes blocked but that is
+    /// runnable — as after a wake no tracepoint program was run for — is told as woken at
+    /// the next audit, and the dispatcher has it runnable again; a thread that really
+    /// sleeps stays blocked and is not counted.
+    #[test]
+    #[ignore = "needs root: scripts/test.sh runs it as root"]
+    fn the_audit_finds_a_wake_every_program_missed() {
+        if !kernel::is_root() {
+            crate::skip::skip("loading BPF programs needs root");
+            return;
+        }
+        let src = crate::bpf::EventSource::load().expect("the BPF event source loads on this kernel");
+        let t0 = kernel::now_ns();
+        let mut a = Agent::new(crate::config::Config::default(), crate::guardian::Ledger::new().unwrap(), t0).unwrap();
+        a.set_source(Source::Bpf(Box::new(src)));
+        let spawn = |args: &[&str]| std::process::Command::new(args[0]).args(&args[1..]).spawn().unwrap();
+        let mut spin = spawn(&["sh", "-c", "while :; do :; done"]);
+        let mut sleep = spawn(&["sleep", "30"]);
+        let (sp, sl) = (spin.id() as i32, sleep.id() as i32);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let params = BTreeMap::new();
+        for pid in [sp, sl] {
+            let ans = a.join(t0, pid, None, 0, None, &params);
+            assert!(matches!(ans, Answer::Joined { .. }), "{ans:?}");
+        }
+        let (spin_id, sleep_id) = (a.task_of(sp).unwrap(), a.task_of(sl).unwrap());
+        let t1 = t0 + MS;
+        a.pass(t1); // an audit is due at the first pass: none found (the agent's view is right)
+        assert_eq!(a.missed_wakes, 0);
+        assert!(a.drv.disp.state(spin_id).is_runnable() && !a.drv.disp.state(sleep_id).is_runnable());
+        // Believed blocked, as when its block was told and its wake was not.
+        a.tasks.get_mut(&spin_id.0).unwrap().run = false;
+        a.evented.insert(spin_id.0);
+        a.pass(t1 + MS);
+        assert!(!a.drv.disp.state(spin_id).is_runnable(), "the agent believes it blocked");
+        a.pass(t1 + AUDIT_EVERY);
+        let (spin_runnable, sleep_runnable, missed) =
+            (a.drv.disp.state(spin_id).is_runnable(), a.drv.disp.state(sleep_id).is_runnable(), a.missed_wakes);
+        a.restore_all(kernel::now_ns());
+        for c in [&mut spin, &mut sleep] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(spin_runnable, "the audit found the runnable thread");
+        assert!(!sleep_runnable, "the sleeper stays blocked");
+        assert_eq!(missed, 1);
     }
 }
