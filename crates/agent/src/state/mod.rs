@@ -294,9 +294,11 @@ pub struct Agent {
     /// Wakes the BPF programs missed, told when the thread was seen running (crate::bpf)
     /// or found runnable by an audit (pass.rs, `audit`).
     pub missed_wakes: u64,
-    /// The next audit (BPF events), and the task id it starts from.
+    /// The next audit (BPF events), the task id it starts from, and whether some thread
+    /// is one it would read (as of the last pass).
     next_audit: Ns,
     audit_from: u32,
+    audit_wanted: bool,
     /// Runs of armed threads replayed (`replay_run`), and CPU-clock bounds that fired
     /// (`cpu_timers_fired`), for `status`.
     pub replayed_runs: u64,
@@ -424,6 +426,7 @@ impl Agent {
             missed_wakes: 0,
             next_audit: now,
             audit_from: 0,
+            audit_wanted: false,
             replayed_runs: 0,
             bounds_fired: 0,
             last_pass: now,

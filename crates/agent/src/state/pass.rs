@@ -71,8 +71,8 @@ impl Agent {
     /// wakes the dispatcher), at a broker call, at a scheduler event (exact), at the first
     /// tick at or after a slice end, at the next tick while some kernel state could not
     /// be applied, at the processes' rescans (every `RESCAN_BPF`), at the audit of
-    /// blocked threads (every `AUDIT_EVERY` while threads are managed), and at least once
-    /// a second.
+    /// blocked threads (`AUDIT_EVERY` after the last, while some thread is one it would
+    /// read: a pass that comes anyway takes it), and at least once a second.
     pub fn next_deadline(&self) -> Ns {
         let tick = self.cfg.tick;
         let mut d = if let Source::Bpf(_) = self.source {
@@ -80,7 +80,7 @@ impl Agent {
             if !self.unsettled.is_empty() {
                 d = d.min(self.next_tick);
             }
-            if !self.tasks.is_empty() {
+            if self.audit_wanted {
                 d = d.min(self.next_audit);
             }
             d
@@ -209,6 +209,7 @@ impl Agent {
             }
         }
         self.settle(now);
+        self.audit_wanted = matches!(self.source, Source::Bpf(_)) && self.tasks.values().any(|m| self.audited(m));
         self.backoff = if self.changes != changes { 1 } else { (self.backoff * 2).min(PARKED_EVERY) };
         if let Some(t) = self.chrome.as_mut() {
             t.flush();
@@ -318,9 +319,7 @@ impl Agent {
     /// was seen only when the kernel next gave it a slice: up to seconds.
     fn audit(&mut self, now: Ns) {
         let from = self.audit_from;
-        let candidates = self.tasks.range(from..).chain(self.tasks.range(..from)).filter(|(_, m)| {
-            m.watched && !m.run && !matches!(m.want, KState::Armed { .. }) && !self.groups.get(&m.pid).is_some_and(|g| g.stopped)
-        });
+        let candidates = self.tasks.range(from..).chain(self.tasks.range(..from)).filter(|(_, m)| self.audited(m));
         let ids: Vec<u32> = candidates.map(|(&id, _)| id).take(AUDIT_READS).collect();
         self.audit_from = ids.last().map_or(0, |&id| id.wrapping_add(1));
         // The state letter, not wchan (`StatFile::runnable`): wchan reads 0 for a sleeper
@@ -348,6 +347,12 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Whether the audit reads `m`: watched, believed blocked, not armed (as applied: the
+    /// kernel runs it at its wake), not in a process the agent stopped.
+    fn audited(&self, m: &super::Managed) -> bool {
+        m.watched && !m.run && !matches!(m.applied, KState::Armed { .. }) && !self.groups.get(&m.pid).is_some_and(|g| g.stopped)
     }
 
     /// Makes process `pid` re-listed at the next pass.
