@@ -53,10 +53,11 @@ pub const RESCAN_BPF: Ns = 5 * SEC;
 /// while nothing changes (see `next_deadline`).
 pub const PARKED_EVERY: u64 = 4;
 /// With BPF events, threads the agent believes blocked are read from /proc at an audit
-/// every `AUDIT_EVERY`, at most `AUDIT_READS` per audit (round robin), for a wake the
-/// kernel ran no tracepoint program for (pass.rs, `audit`).
+/// at the first pass `AUDIT_EVERY` after the last one (a pass of its own after twice
+/// that), at most `AUDIT_READS` per audit (round robin), for a wake the kernel ran no
+/// tracepoint program for (pass.rs, `audit`).
 pub const AUDIT_EVERY: Ns = 20 * MS;
-pub const AUDIT_READS: usize = 16;
+pub const AUDIT_READS: usize = 8;
 /// Latency samples kept per task.
 const LAT_SAMPLES: usize = 1024;
 /// The window of the share figures of `ctl tasks` and `ctl hierarchy`.

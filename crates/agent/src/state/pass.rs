@@ -70,9 +70,10 @@ impl Agent {
     /// With BPF events there are no polls: a pass comes at a BPF event (the ring buffer
     /// wakes the dispatcher), at a broker call, at a scheduler event (exact), at the first
     /// tick at or after a slice end, at the next tick while some kernel state could not
-    /// be applied, at the processes' rescans (every `RESCAN_BPF`), at the audit of
-    /// blocked threads (`AUDIT_EVERY` after the last, while some thread is one it would
-    /// read: a pass that comes anyway takes it), and at least once a second.
+    /// be applied, at the processes' rescans (every `RESCAN_BPF`), for the audit of
+    /// blocked threads (while some thread is one it would read, 2 × `AUDIT_EVERY` after
+    /// the last audit: a pass that comes from `AUDIT_EVERY` on takes it), and at least
+    /// once a second.
     pub fn next_deadline(&self) -> Ns {
         let tick = self.cfg.tick;
         let mut d = if let Source::Bpf(_) = self.source {
@@ -81,7 +82,9 @@ impl Agent {
                 d = d.min(self.next_tick);
             }
             if self.audit_wanted {
-                d = d.min(self.next_audit);
+                // At the first pass from `next_audit` on; a pass of its own only if none
+                // comes within another `AUDIT_EVERY`.
+                d = d.min(self.next_audit + AUDIT_EVERY);
             }
             d
         } else {
