@@ -36,7 +36,7 @@
 //! Cost: one ordered ready set, so wake, block, preempt and `pick` are O(log n) plus the
 //! tasks a CPU's affinity passes over; the preemption check is O(CPUs).
 
-use std::collections::BTreeSet;
+use crate::ordered::OrderedSet;
 
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
@@ -93,7 +93,7 @@ pub struct Edf {
     quantum: Ns,
     late: Late,
     table: Tasks<Task>,
-    ready: BTreeSet<Key>,
+    ready: OrderedSet<Key>,
     /// Per CPU: a decision asked for and not yet made.
     asked: Asked<Key>,
 }
@@ -142,7 +142,7 @@ impl Edf {
     }
 
     pub fn with_late(quantum: Ns, late: Late) -> Self {
-        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: BTreeSet::new(), asked: Asked::default() }
+        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: OrderedSet::new(), asked: Asked::default() }
     }
 
     pub fn late(&self) -> Late {

@@ -18,6 +18,7 @@ pub mod fb;
 pub mod fps;
 mod levels;
 pub mod linux22;
+mod ordered;
 pub mod params;
 pub mod rr;
 pub mod rtserver;

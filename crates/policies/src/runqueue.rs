@@ -11,7 +11,7 @@
 //! key only through [`RunQueue::set_key`] (or [`RunQueue::rebuild`]). Every operation on
 //! one task is O(log n).
 
-use std::collections::BTreeSet;
+use crate::ordered::OrderedSet;
 use std::ops::{Deref, DerefMut};
 
 use vassal_core::{CpuId, Ctx, Ns, Refusal, TaskId, TaskState};
@@ -49,9 +49,9 @@ pub(crate) type Slot<K, T> = task_table::Slot<Entry<K, T>>;
 pub(crate) struct RunQueue<K, T> {
     /// The tasks and the per-CPU `picked` / `running` tables.
     table: Tasks<Entry<K, T>>,
-    ready: BTreeSet<(K, u32)>,
+    ready: OrderedSet<(K, u32)>,
     /// Per CPU: the queued tasks enqueued with that CPU as their home.
-    per_cpu: Vec<BTreeSet<(K, u32)>>,
+    per_cpu: Vec<OrderedSet<(K, u32)>>,
 }
 
 /// A policy's own periodic tick: the scheduler event `token` at the multiples of `every`,
@@ -102,13 +102,13 @@ pub(crate) fn idle_cpu_for(ctx: &Ctx, task: TaskId) -> bool {
 
 impl<K: Ord + Copy, T: Copy> RunQueue<K, T> {
     pub fn new() -> Self {
-        RunQueue { table: Tasks::default(), ready: BTreeSet::new(), per_cpu: Vec::new() }
+        RunQueue { table: Tasks::default(), ready: OrderedSet::new(), per_cpu: Vec::new() }
     }
 
     /// Sizes the per-CPU tables for a machine of `ncpus` CPUs (from `Policy::init`).
     pub fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);
-        self.per_cpu = (0..self.table.ncpus()).map(|_| BTreeSet::new()).collect();
+        self.per_cpu = (0..self.table.ncpus()).map(|_| OrderedSet::new()).collect();
     }
 
     /// The number of CPUs (0 before `init`).

@@ -41,7 +41,7 @@
 //! `min_delay` (duration, default 0: only a zero delay is refused), `spin` (bool, default
 //! true).
 
-use std::collections::BTreeSet;
+use crate::ordered::OrderedSet;
 
 use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
@@ -68,12 +68,12 @@ pub struct Timed {
     spin: bool,
     tasks: Tasks<Entry>,
     /// Eligible (joined, not waiting), runnable, not running: by (target, task).
-    ready: BTreeSet<(Ns, u32)>,
+    ready: OrderedSet<(Ns, u32)>,
 }
 
 impl Timed {
     pub fn new(lead: Ns, resolution: Ns, min_delay: Ns, spin: bool) -> Self {
-        Timed { lead, resolution, min_delay, spin, tasks: Tasks::default(), ready: BTreeSet::new() }
+        Timed { lead, resolution, min_delay, spin, tasks: Tasks::default(), ready: OrderedSet::new() }
     }
     /// Puts the task in `ready` exactly when it is eligible and idle, under its current key.
     fn sync(&mut self, task: TaskId) {
