@@ -575,13 +575,20 @@ impl Dispatcher {
         Ok(Ejection { at: now, sched: id, name, reason: reason.to_string(), moved })
     }
 
+    /// Whether any scheduler is contained or an ejection is pending: when not,
+    /// [`Dispatcher::eject_failed`] and [`Dispatcher::next_watchdog`] have nothing to do
+    /// (a mechanism may skip them after each event).
+    pub fn containing(&self) -> bool {
+        !self.pending_eject.is_empty() || self.scheds.iter().any(|s| s.guard.is_some())
+    }
+
     /// Carries out the containment of distrusted schedulers ([`Containment`]): runs the
     /// watchdog, then ejects every contained scheduler that failed since the last call.
     /// The mechanism calls this after each event it handles (cheap when nothing is
     /// contained) and, for the watchdog, at [`Dispatcher::next_watchdog`]; it then drains
     /// effects as usual (the ejection asks for new decisions).
     pub fn eject_failed(&mut self, now: Ns) -> Vec<Ejection> {
-        if self.pending_eject.is_empty() && self.scheds.iter().all(|s| s.guard.is_none()) {
+        if !self.containing() {
             return Vec::new();
         }
         for s in self.scheds.iter_mut().filter(|s| !s.failing) {

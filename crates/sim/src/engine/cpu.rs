@@ -155,6 +155,9 @@ impl Sim {
     /// Containment of loaded modules (issue 8): ejects the ones that failed, and queues a
     /// check for when a watchdog could next fire.
     pub(super) fn contain(&mut self) {
+        if !self.drv.disp.containing() {
+            return;
+        }
         let ejected = self.drv.disp.eject_failed(self.now);
         if !ejected.is_empty() {
             for e in &ejected {
