@@ -36,14 +36,13 @@
 //! Cost: one ordered ready set, so wake, block, preempt and `pick` are O(log n) plus the
 //! tasks a CPU's affinity passes over; the preemption check is O(CPUs).
 
-use crate::ordered::OrderedSet;
-
 use vassal_core::{
     AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
     TaskState, Wake, MS,
 };
 
 use crate::asked::{Ask, Asked};
+use crate::ordered::OrderedSet;
 use crate::params::Params;
 use crate::task_table::{St, Tasks, Undo};
 

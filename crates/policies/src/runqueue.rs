@@ -11,11 +11,11 @@
 //! key only through [`RunQueue::set_key`] (or [`RunQueue::rebuild`]). Every operation on
 //! one task is O(log n).
 
-use crate::ordered::OrderedSet;
 use std::ops::{Deref, DerefMut};
 
 use vassal_core::{CpuId, Ctx, Ns, Refusal, TaskId, TaskState};
 
+use crate::ordered::OrderedSet;
 pub(crate) use crate::task_table::St;
 use crate::task_table::{self, Tasks, Undo};
 

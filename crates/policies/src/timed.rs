@@ -41,10 +41,9 @@
 //! `min_delay` (duration, default 0: only a zero delay is refused), `spin` (bool, default
 //! true).
 
-use crate::ordered::OrderedSet;
-
 use vassal_core::{AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, Policy, Preempt, Reply, Request, Sender, TaskId, TaskState, Wake};
 
+use crate::ordered::OrderedSet;
 use crate::params::Params;
 use crate::task_table::{St, Tasks};
 

@@ -325,8 +325,8 @@ impl Agent {
     /// read from /proc, round robin; one found runnable had its wake missed by every
     /// program (crate::bpf: on this VM a hard-interrupt wake while a thread of PID 1 is
     /// current goes untraced now and then, its switch-in too, in ftrace as well), and is
-    /// told as woken now (true: one was). Without it such a thread, parked (SCHED_IDLE) on a busy CPU,
-    /// was seen only when the kernel next gave it a slice: up to seconds.
+    /// told as woken now (true: one was). Without it such a thread, parked (SCHED_IDLE) on
+    /// a busy CPU, was seen only when the kernel next gave it a slice: up to seconds.
     fn audit(&mut self, now: Ns) -> bool {
         let from = self.audit_from;
         let candidates = self.tasks.range(from..).chain(self.tasks.range(..from)).filter(|(_, m)| self.audited(m));
