@@ -18,16 +18,16 @@ const SHRINK: usize = 64;
 
 /// An ordered set of `K` (see the module documentation).
 #[derive(Clone, Debug)]
-pub struct OrderedSet<K> {
-    /// The keys in order, while the set is small (`large` is empty).
-    small: Vec<K>,
-    /// The keys, once the set grew past [`GROW`] (`small` is empty).
-    large: Option<BTreeSet<K>>,
+pub enum OrderedSet<K> {
+    /// The keys in order, while the set is small.
+    Small(Vec<K>),
+    /// The keys, once the set grew to [`GROW`] (until it shrinks to [`SHRINK`]).
+    Large(BTreeSet<K>),
 }
 
 impl<K> Default for OrderedSet<K> {
     fn default() -> Self {
-        OrderedSet { small: Vec::new(), large: None }
+        OrderedSet::Small(Vec::new())
     }
 }
 
@@ -37,66 +37,66 @@ impl<K: Ord + Copy> OrderedSet<K> {
     }
 
     pub fn len(&self) -> usize {
-        match &self.large {
-            Some(b) => b.len(),
-            None => self.small.len(),
+        match self {
+            OrderedSet::Small(v) => v.len(),
+            OrderedSet::Large(b) => b.len(),
         }
     }
 
     /// Adds `k`; false if it was already there.
     pub fn insert(&mut self, k: K) -> bool {
-        if let Some(b) = &mut self.large {
-            return b.insert(k);
-        }
-        match self.small.binary_search(&k) {
-            Ok(_) => false,
-            Err(pos) => {
-                self.small.insert(pos, k);
-                if self.small.len() >= GROW {
-                    self.large = Some(self.small.drain(..).collect());
+        match self {
+            OrderedSet::Large(b) => b.insert(k),
+            OrderedSet::Small(v) => match v.binary_search(&k) {
+                Ok(_) => false,
+                Err(pos) => {
+                    v.insert(pos, k);
+                    if v.len() >= GROW {
+                        *self = OrderedSet::Large(std::mem::take(v).into_iter().collect());
+                    }
+                    true
                 }
-                true
-            }
+            },
         }
     }
 
     /// Takes `k` out; false if it was not there.
     pub fn remove(&mut self, k: &K) -> bool {
-        if let Some(b) = &mut self.large {
-            let removed = b.remove(k);
-            if b.len() <= SHRINK {
-                self.small = std::mem::take(b).into_iter().collect();
-                self.large = None;
+        match self {
+            OrderedSet::Large(b) => {
+                let removed = b.remove(k);
+                if b.len() <= SHRINK {
+                    *self = OrderedSet::Small(std::mem::take(b).into_iter().collect());
+                }
+                removed
             }
-            return removed;
-        }
-        match self.small.binary_search(k) {
-            Ok(pos) => {
-                self.small.remove(pos);
-                true
-            }
-            Err(_) => false,
+            OrderedSet::Small(v) => match v.binary_search(k) {
+                Ok(pos) => {
+                    v.remove(pos);
+                    true
+                }
+                Err(_) => false,
+            },
         }
     }
 
     /// The least key.
     pub fn first(&self) -> Option<&K> {
-        match &self.large {
-            Some(b) => b.first(),
-            None => self.small.first(),
+        match self {
+            OrderedSet::Small(v) => v.first(),
+            OrderedSet::Large(b) => b.first(),
         }
     }
 
     pub fn clear(&mut self) {
-        self.small.clear();
-        self.large = None;
+        *self = OrderedSet::default();
     }
 
     /// The keys in order.
     pub fn iter(&self) -> Iter<'_, K> {
-        match &self.large {
-            Some(b) => Iter::Large(b.iter()),
-            None => Iter::Small(self.small.iter()),
+        match self {
+            OrderedSet::Small(v) => Iter::Small(v.iter()),
+            OrderedSet::Large(b) => Iter::Large(b.iter()),
         }
     }
 }
@@ -155,12 +155,12 @@ mod tests {
     #[test]
     fn grows_into_a_btree_and_shrinks_back() {
         let mut s: OrderedSet<u32> = (0..GROW as u32).rev().collect();
-        assert!(s.large.is_some() && s.small.is_empty());
+        assert!(matches!(s, OrderedSet::Large(_)));
         assert!(s.iter().copied().eq(0..GROW as u32));
         for k in 0..(GROW - SHRINK) as u32 {
             assert!(s.remove(&k));
         }
-        assert!(s.large.is_none() && s.small.len() == SHRINK);
+        assert!(matches!(&s, OrderedSet::Small(v) if v.len() == SHRINK));
         assert!(s.iter().copied().eq((GROW - SHRINK) as u32..GROW as u32));
         assert!(!s.remove(&0) && !s.insert(GROW as u32 - 1));
     }
