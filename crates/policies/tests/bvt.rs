@@ -656,6 +656,35 @@ fn warp_on_by_message_and_by_wakeup_flag() {
     assert_eq!(sim.running(0), Some(x));
 }
 
+/// A warp given by message (`ctl set warp`, the agent's `join --param warp=...`) works as
+/// one given at creation: the task runs warped at once and at each wake (§2.2's
+/// warpBack), and a warp set back to 0 ends it. (It set W and left warpBack false, so
+/// the task never warped: the agent's real.video.bvt_warp, 42-52 % of frames late.)
+#[test]
+fn warp_given_by_message_warps_at_each_wake() {
+    let (mut sim, gcc, _bigsim, mpeg) = fig3_setup(0, &[]);
+    let set = |v: u64| Request::Param { name: "warp".into(), value: v as i64 };
+    assert_eq!(sim.msg(mpeg, set(mcu(50))), Reply::Ok);
+    assert!(sim.info(mpeg).warp_back);
+    sim.advance(mcu(5));
+    sim.wake(mpeg, VOL);
+    assert_eq!(sim.running(0), Some(mpeg), "dispatched at its wake, as in Figure 3");
+    assert!(sim.info(mpeg).warped);
+    sim.advance(mcu(10));
+    sim.block(mpeg, true);
+    sim.advance(mcu(15));
+    sim.wake(mpeg, VOL);
+    assert_eq!(sim.running(0), Some(mpeg), "again at the second frame");
+    sim.advance(mcu(20));
+    sim.block(mpeg, true);
+    assert_eq!(sim.msg(mpeg, set(0)), Reply::Ok);
+    let i = sim.info(mpeg);
+    assert!(!i.warped && !i.warp_back);
+    sim.advance(mcu(25));
+    sim.wake(mpeg, VOL);
+    assert_eq!(sim.running(0), Some(gcc), "without warp the wake-up waits");
+}
+
 #[test]
 fn warp_never_enabled_without_a_warp_value() {
     let mut sim = Sim::new(1, cfg(2));

@@ -1080,10 +1080,24 @@ impl Policy for Bvt {
                         };
                         match name.as_str() {
                             "warp" => {
+                                let was = self.t(task).warp_ns;
                                 self.update(task, |t| {
                                     t.warp_ns = v;
                                     t.heuristic = false;
                                 });
+                                if was == 0 && v > 0 {
+                                    // As at creation (`new_task`): a task given a warp
+                                    // wants to run warped (§2.2's warpBack), at once and
+                                    // at each wake; its own Warp messages rule after.
+                                    self.t_mut(task).warp_back = true;
+                                } else if v == 0 {
+                                    // No warp left to run with: the episode ends.
+                                    self.settle_warp(task, now);
+                                    self.t_mut(task).warp_back = false;
+                                    if self.t(task).warped {
+                                        self.end_warp(ctx, task, false);
+                                    }
+                                }
                                 self.try_warp(ctx, task);
                             }
                             "warp_limit" => {
