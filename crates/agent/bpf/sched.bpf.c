@@ -42,9 +42,9 @@
 // Wake-ups: the agent's dispatcher sleeps in epoll on the ring buffer. Every event wakes
 // it (BPF_RB_FORCE_WAKEUP: the default wakes the reader only when it had read
 // everything, and a quiet record below may be waiting unread) except the WAKE of a thread
-// in `quiet` (BPF_RB_NO_WAKEUP): a thread the agent armed — the kernel runs it the
-// instant it wakes — whose wake the agent takes at its next pass (state/pass.rs, "quiet
-// wakes").
+// in `quiet` (BPF_RB_NO_WAKEUP): a thread the agent armed, or one asleep in the fair
+// class without a warp — the kernel runs it the instant it wakes — whose wake the agent
+// takes at its next pass (state/pass.rs, "quiet wakes").
 
 typedef unsigned char __u8;
 typedef unsigned int __u32;

@@ -9,6 +9,7 @@
 //! guardian_priority = 95     # SCHED_FIFO of the guardian process
 //! run_priority = 50          # SCHED_FIFO of a selected real-time task (a wake-armed one gets +1)
 //! best_effort_run = "other"  # how a selected task of the default scheduler runs: "other" or "fifo"
+//! best_effort_sleep = "fair" # how a blocked best-effort task waits: "fair" or "idle"
 //! loaded_best_effort_nice = -10  # the nice of a root-owned task a loaded best-effort scheduler selects
 //! events = "auto"            # block/wake events: "bpf", "poll" (/proc), or "auto" (BPF if it loads)
 //!
@@ -156,6 +157,20 @@ pub enum BestEffortRun {
     Fifo,
 }
 
+/// How a blocked best-effort task (no real-time grant, not exclusive to a loaded
+/// scheduler) waits in the kernel (docs/agent.md, "A blocked best-effort thread").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BestEffortSleep {
+    /// SCHED_OTHER at its own nice, with its own affinity: the kernel runs it the instant
+    /// it wakes, as it would without the agent; with BPF events its wakes are quiet
+    /// unless it has a warp (the policy hears of its run at the next pass).
+    Fair,
+    /// SCHED_IDLE with its own affinity, and every wake wakes the dispatcher: it runs
+    /// where nothing else is eligible until the pass its wake brings selects it.
+    Idle,
+}
+
 /// Where the dispatcher learns of blocks and wakes (docs/agent.md, "Event source").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -178,6 +193,7 @@ struct Raw {
     guardian_priority: Option<i32>,
     run_priority: Option<i32>,
     best_effort_run: Option<BestEffortRun>,
+    best_effort_sleep: Option<BestEffortSleep>,
     loaded_best_effort_nice: Option<i32>,
     max_clients: Option<usize>,
     max_clients_per_uid: Option<usize>,
@@ -206,6 +222,7 @@ pub struct Config {
     pub guardian_priority: i32,
     pub run_priority: i32,
     pub best_effort_run: BestEffortRun,
+    pub best_effort_sleep: BestEffortSleep,
     /// The nice a root-owned task runs at (SCHED_OTHER) while a loaded best-effort
     /// scheduler selects it (`loaded_best_effort_nice`, -20..=19, default -10): strong
     /// enough that the scheduler's choice holds against unmanaged time-sharing work (a
@@ -393,6 +410,7 @@ impl Config {
             guardian_priority,
             run_priority,
             best_effort_run: raw.best_effort_run.unwrap_or(BestEffortRun::Other),
+            best_effort_sleep: raw.best_effort_sleep.unwrap_or(BestEffortSleep::Fair),
             loaded_best_effort_nice,
             max_clients,
             max_clients_per_uid,
@@ -424,6 +442,8 @@ mod tests {
         assert_eq!(Config::from_toml("events = \"poll\"").unwrap().events, EventsMode::Poll);
         assert_eq!(Config::from_toml("events = \"bpf\"").unwrap().events, EventsMode::Bpf);
         assert_eq!(c.loaded_best_effort_nice, -10);
+        assert_eq!(c.best_effort_sleep, BestEffortSleep::Fair);
+        assert_eq!(Config::from_toml("best_effort_sleep = \"idle\"").unwrap().best_effort_sleep, BestEffortSleep::Idle);
         // A loaded scheduler may declare best effort (issue 17).
         let c = Config::from_toml("[[scheduler]]\nname = \"fair\"\nkind = \"bvt\"\nusage = \"best_effort\"").unwrap();
         assert_eq!(c.schedulers[0].usage().unwrap().to_usage(2).unwrap(), Usage::BestEffort);
@@ -437,6 +457,7 @@ mod tests {
         assert!(Config::from_toml("[default]\nkind = \"nope\"").unwrap_err().contains("nope"));
         assert!(Config::from_toml("run_priority = 95").is_err());
         assert!(Config::from_toml("events = \"ebpf\"").unwrap_err().contains("ebpf"));
+        assert!(Config::from_toml("best_effort_sleep = \"deep\"").unwrap_err().contains("deep"));
         assert!(Config::from_toml("loaded_best_effort_nice = -21").unwrap_err().contains("loaded_best_effort_nice"));
         let e = Config::from_toml(
             "[[scheduler]]\nname = \"t\"\nkind = \"timed\"\nparams = { lead = 5 }\nusage = { reserved = { cpus = 0.1 } }",

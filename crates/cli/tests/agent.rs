@@ -696,7 +696,10 @@ fn sees_block_and_wake(events: &str) {
         return;
     }
     let _serial = serial();
-    let agent = AgentProc::start(&format!("events = \"{events}\"\n"));
+    // Its sleeps parked (SCHED_IDLE), so that every wake wakes the dispatcher: asleep in
+    // the fair class (the default) the task's wakes are quiet, and its decisions come
+    // at its blocks (`a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class`).
+    let agent = AgentProc::start(&format!("events = \"{events}\"\nbest_effort_sleep = \"idle\"\n"));
     let mut c = agent.client();
     let s0 = c.status().expect("status");
     assert_eq!(s0.events, events, "the agent reports its event source");
@@ -790,6 +793,58 @@ fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
     assert!(s2.bounds_fired > s1.bounds_fired, "no CPU-clock bound fired for the looping task");
     assert_ne!(row.state, "blocked", "the agent did not see the looping warped task run");
     w.kill();
+    drop(hog);
+}
+
+/// A blocked best-effort task sleeps in the fair class (`best_effort_sleep = "fair"`, the
+/// default; docs/agent.md, "A blocked best-effort thread"): SCHED_OTHER at its own nice,
+/// so the kernel runs it the instant it wakes, as without the agent; with BPF events its
+/// wakes (it has no warp) do not wake the dispatcher, which would preempt the very task
+/// it woke for, and each run is told to the policy when the task blocks again.
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class() {
+    if !vassal_agent::bpf::BUILT {
+        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
+        return;
+    }
+    if !root() {
+        return;
+    }
+    let _serial = serial();
+    let agent = AgentProc::start("events = \"bpf\"\ntick = \"4ms\"\n");
+    let mut c = agent.client();
+    let (count, period) = (40, 25 * MS);
+    let start = now_ns() + 300 * MS;
+    let end = start + count as u64 * period;
+    let hog = workers::hog(end + SEC).unwrap();
+    let w = workers::periodic(start, period, 2 * MS, count, 0).unwrap();
+    join(&mut c, hog.pid, &[]);
+    join(&mut c, w.pid, &[]);
+    kernel::sleep_until(start);
+    let s0 = c.status().expect("status");
+    // Between its bursts (2 ms from each release) it is blocked: its class then.
+    let mut asleep = Vec::new();
+    for k in [10u64, 20, 30] {
+        kernel::sleep_until(start + k * period - 5 * MS);
+        asleep.push(policy(w.pid));
+    }
+    kernel::sleep_until(end - period - 5 * MS);
+    let s1 = c.status().expect("status");
+    let (events, passes, replayed) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes, s1.replayed_runs - s0.replayed_runs);
+    let periods = count as u64 - 1;
+    let mut lat: Vec<u64> = workers::periodic_results(&w).iter().map(|r| r.0 / 1000).collect();
+    eprintln!(
+        "{periods} periods: {events} BPF events, {passes} passes, {replayed} runs replayed; classes asleep {asleep:?}; \
+         release-to-run p50 {} us, p99 {} us",
+        workers::quantile(&mut lat, 0.5),
+        workers::quantile(&mut lat, 0.99)
+    );
+    assert!(asleep.iter().all(|&p| p == libc::SCHED_OTHER), "classes while asleep: {asleep:?} (SCHED_OTHER is {})", libc::SCHED_OTHER);
+    assert!(events >= 2 * (periods - 4), "{events} BPF events for {periods} periods");
+    assert!(replayed >= periods / 2, "{replayed} runs replayed in {periods} periods");
+    assert!(passes * 4 < events * 3, "{passes} passes for {events} events: the wakes woke the dispatcher");
+    drop(w);
     drop(hog);
 }
 

@@ -26,11 +26,17 @@
 //!   traces in docs/measurements/agent-2026-11-22.md, run F). The guardian continues a
 //!   held process (the ledger names it);
 //! - *sleeping* (blocked, best effort: no grant, not exclusive to a loaded scheduler):
-//!   parked with its own affinity, so that when it wakes the kernel runs it at once on a
-//!   CPU that has nothing else to run (SCHED_IDLE runs only there), whichever that is,
-//!   rather than only on the CPU it was bound to; the pass its wake brings selects it
-//!   there (the BPF event names the CPU: `Wake::cpu`) or elsewhere. Issue 17: rt-app's
-//!   threads, bound where they last ran, waited for a pass whenever that CPU was busy;
+//!   with its own affinity, not bound where it last ran, and (`best_effort_sleep`) in the
+//!   fair class — SCHED_OTHER at its own nice, the default — or parked (SCHED_IDLE).
+//!   In the fair class the kernel runs it the instant it wakes, on whichever CPU it
+//!   chooses, as it would without the agent; with BPF events and no warp its wakes are
+//!   quiet (as an armed thread's: the policy hears of the run at the next pass, bounded
+//!   by its process's CPU-clock timer; pass.rs, "Quiet wakes"), so the dispatcher does
+//!   not preempt the very thread that woke. Parked, it runs at once only on a CPU that
+//!   has nothing else to run, and the pass its wake brings selects it there (the BPF
+//!   event names the CPU: `Wake::cpu`) or elsewhere. Issue 17: rt-app's threads, bound
+//!   where they last ran, waited for a pass whenever that CPU was busy, and parked, for
+//!   the pass each wake brought (`real.rtapp_video`, docs/agent.md);
 //! - *parked* (everything else): SCHED_IDLE, bound where the agent last bound it (its own
 //!   affinity if it never was) — it runs when nothing else on its CPU is eligible (see
 //!   *held*: up to one kernel tick per parking). Staying bound saves an affinity call at
@@ -56,7 +62,7 @@ use vassal_core::{Ns, TaskId, TaskState};
 
 use super::{Agent, KState, Managed, RtBy, RunClass, Source};
 use crate::budget::Bucket;
-use crate::config::BestEffortRun;
+use crate::config::{BestEffortRun, BestEffortSleep};
 use crate::kernel::{self, RESET_ON_FORK};
 
 impl Agent {
@@ -320,6 +326,7 @@ impl Agent {
             return None;
         }
         let run_prio = self.cfg.run_priority;
+        let fair_sleep = self.cfg.best_effort_sleep == BestEffortSleep::Fair;
         // Real time only under a grant with budget left (crate::budget): a selected task
         // without one runs best effort, or — exclusive to a loaded scheduler whose
         // declared share is spent — is held like a reservation outside its slots.
@@ -382,9 +389,13 @@ impl Agent {
                 }
             }
             let tid = m.tid;
-            // Already at SCHED_IDLE: parked, sleeping or held (a continued held thread is
-            // parked).
-            let idle = matches!(m.applied, KState::Parked | KState::Sleeping | KState::Held);
+            // Already at SCHED_IDLE: parked, held (a continued held thread is parked), or
+            // sleeping there (`best_effort_sleep = "idle"`).
+            let idle = matches!(m.applied, KState::Parked | KState::Held) || (m.applied == KState::Sleeping && !fair_sleep);
+            // Already at SCHED_OTHER and its own nice: it ran best effort, or slept in the
+            // fair class.
+            let fair_own = !m.niced
+                && (matches!(m.applied, KState::Run { class: RunClass::Other(None), .. }) || (m.applied == KState::Sleeping && fair_sleep));
             // Its own nice, unless the agent set another (`niced`); a stronger one only
             // while a loaded best-effort scheduler selects it.
             let own_nice = |m: &mut Managed| -> std::io::Result<()> {
@@ -399,6 +410,7 @@ impl Agent {
                 KState::Run { class: RunClass::Other(Some(n)), .. } => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0)
                     .and_then(|_| kernel::set_nice(tid, n as i32))
                     .map(|_| m.niced = true),
+                KState::Run { class: RunClass::Other(None), .. } if fair_own => Ok(()),
                 KState::Run { class: RunClass::Other(None), .. } if idle && m.run => {
                     // A runnable thread leaving SCHED_IDLE for SCHED_OTHER at the same
                     // nice: the kernel checks no preemption (same class, same priority),
@@ -420,6 +432,8 @@ impl Agent {
                     kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m))
                 }
                 KState::Armed { .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
+                KState::Sleeping if fair_sleep && fair_own => Ok(()),
+                KState::Sleeping if fair_sleep => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m)),
                 KState::Parked | KState::Sleeping if idle => Ok(()),
                 KState::Parked | KState::Sleeping => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
                 KState::Untouched | KState::Held => Ok(()),
@@ -479,11 +493,13 @@ impl Agent {
     /// "Quiet wakes"), and sets the process's CPU-clock timer: one tick of CPU past what
     /// it has used when a thread is quiet, and at most the least real-time budget its
     /// threads may still use (crate::budget); disarmed when neither applies. A thread is
-    /// quiet only if it is armed, not exclusive to a loaded scheduler, watched by the BPF
-    /// map, and its process has a timer.
+    /// quiet only if it is armed, or sleeping in the fair class without a warp; not
+    /// exclusive to a loaded scheduler, watched by the BPF map, and its process has a
+    /// timer.
     fn set_quiet(&mut self, pid: i32, ids: &[u32]) {
         let tick = self.cfg.tick;
         let bpf = matches!(self.source, Source::Bpf(_));
+        let fair_sleep = self.cfg.best_effort_sleep == BestEffortSleep::Fair;
         let has_timer = self.groups.get(&pid).is_some_and(|g| g.timer.is_some());
         let mut quiet_any = false;
         let mut least_left = Ns::MAX;
@@ -491,7 +507,13 @@ impl Agent {
         for &id in ids {
             let capped = self.hard_capped(TaskId(id));
             let Some(m) = self.tasks.get(&id) else { continue };
-            let q = bpf && has_timer && matches!(m.want, KState::Armed { .. }) && !capped && m.watched && m.applied == m.want;
+            // A warp asks for the policy's decision at each wake (BVT §2.2).
+            let quiet_kind = match m.want {
+                KState::Armed { .. } => true,
+                KState::Sleeping => fair_sleep && self.param(m.pid, Some(m.tid), "warp").is_none_or(|w| w == 0),
+                _ => false,
+            };
+            let q = bpf && has_timer && quiet_kind && !capped && m.watched && m.applied == m.want;
             quiet_any |= q;
             if m.rt.is_some() {
                 least_left = least_left.min(m.rt_left);

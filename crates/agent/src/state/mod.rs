@@ -89,8 +89,9 @@ pub enum KState {
         cpu: u16,
     },
     Parked,
-    /// Blocked, best effort: parked (SCHED_IDLE) with its own affinity, so that when it
-    /// wakes the kernel may run it on any CPU that has nothing else to run
+    /// Blocked, best effort: with its own affinity, in the fair class (SCHED_OTHER at its
+    /// own nice: the kernel runs it the instant it wakes) or parked (SCHED_IDLE: it runs
+    /// at once only where nothing else is eligible), as `best_effort_sleep` says
     /// (enforcement.rs, *sleeping*).
     Sleeping,
     /// Parked, and its process stopped (SIGSTOP): the hard cap (enforcement.rs, *held*).

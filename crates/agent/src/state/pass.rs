@@ -30,7 +30,10 @@
 //! default scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose
 //! wake outside its slots must be held at once) therefore is marked in the BPF map
 //! (the BPF map `quiet`): their wakes wait in the ring buffer for the next pass, while
-//! blocks still wake the dispatcher. A pass that finds such a process woken and blocked
+//! blocks still wake the dispatcher. So is a thread sleeping in the fair class without a
+//! warp (`best_effort_sleep = "fair"`, enforcement.rs): the kernel runs it at its wake as
+//! it would without the agent, and a dispatcher woken for that wake, at SCHED_FIFO,
+//! would preempt the very thread it woke for (rt-app's video threads, issue 17). A pass that finds such a process woken and blocked
 //! again replays its run to the policy in order (`replay_run`): wake, the decisions that
 //! follow, the CPU it used, block. A process that wakes and does not block again is
 //! bounded by a POSIX timer on its CPU clock (`kernel::CpuTimer`), set at each pass to one
@@ -506,9 +509,10 @@ impl Agent {
             _ => None,
         };
         let ran_on = armed.or(woke_on.filter(|&c| c < self.ncpus).map(CpuId));
-        // Woken and blocked again before this pass: the kernel ran it (armed), and its run
-        // is replayed (a quiet wake, or a run shorter than the dispatcher's wake-up).
-        let quiet = armed.is_some();
+        // Woken and blocked again before this pass: the kernel ran it (armed, or asleep in
+        // the fair class), and its run is replayed (a quiet wake, or a run shorter than
+        // the dispatcher's wake-up).
+        let quiet = armed.is_some() || m.quiet;
         let pid = m.pid;
         if runnable && st == TaskState::Blocked {
             self.weight_at_wake(now, id);
@@ -533,9 +537,9 @@ impl Agent {
         true
     }
 
-    /// An armed thread woke and blocked again since the last pass (a quiet wake, or a run
-    /// shorter than the dispatcher's wake-up): the kernel ran it on `cpu`, where it was
-    /// armed, the instant it woke. The policy is told what happened, in order: the wake
+    /// A quiet thread woke and blocked again since the last pass (a quiet wake, or a run
+    /// shorter than the dispatcher's wake-up): the kernel ran it on `cpu` (where it was
+    /// armed, or where it woke in the fair class) the instant it woke. The policy is told what happened, in order: the wake
     /// (and the decisions it leads to), the CPU it used (told at its dispatch, as for any
     /// run), the block. All at `now`: a pass runs on one clock. If the policy would not
     /// have run it, what it used stays untold until its next dispatch (see `poll`). No

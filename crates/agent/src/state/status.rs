@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use vassal_core::{Ns, TaskId, TaskState};
 
 use super::{share, Agent, KState, RunClass, NOTES};
+use crate::config::BestEffortSleep;
 use crate::kernel;
 use crate::wire::{Answer, EjectionRow, SchedRow, TaskRow, ThreadRow};
 
@@ -112,6 +113,7 @@ impl Agent {
             KState::Run { cpu, class: RunClass::Other(None) } => format!("other cpu{cpu}"),
             KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
             KState::Parked => "idle".into(),
+            KState::Sleeping if self.cfg.best_effort_sleep == BestEffortSleep::Fair => "other, unbound".into(),
             KState::Sleeping => "idle, unbound".into(),
             KState::Held => "idle, stopped".into(),
         }
