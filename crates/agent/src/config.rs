@@ -163,8 +163,9 @@ pub enum BestEffortRun {
 #[serde(rename_all = "snake_case")]
 pub enum BestEffortSleep {
     /// SCHED_OTHER at its own nice, with its own affinity: the kernel runs it the instant
-    /// it wakes, as it would without the agent; with BPF events its wakes are quiet
-    /// unless it has a warp (the policy hears of its run at the next pass).
+    /// it wakes, as it would without the agent; with BPF events its wakes are quiet (the
+    /// policy hears of its run at the next pass). A task with a warp sleeps as `Idle`
+    /// says: its warp asks for the policy's decision at the wake (BVT §2.2).
     Fair,
     /// SCHED_IDLE with its own affinity, and every wake wakes the dispatcher: it runs
     /// where nothing else is eligible until the pass its wake brings selects it.

@@ -6,7 +6,11 @@
 //!   under a real-time grant with budget left (below), else SCHED_OTHER (so unmanaged
 //!   time-sharing work keeps its share: paper 002's 1 − r; `best_effort_run = "fifo"`
 //!   gives root's best-effort tasks FIFO) — or held, if it is exclusive to a loaded
-//!   scheduler whose declared share is spent;
+//!   scheduler whose declared share is spent. A best-effort selection of a thread that
+//!   was asleep in the fair class (and unbound) is not bound: it runs where the kernel
+//!   woke it (the policy hears that CPU as `Wake::cpu`), and the affinity calls at its
+//!   selection and at its next block are saved (two per run of rt-app's video threads,
+//!   in passes that preempt the workload's other threads);
 //! - *armed* (blocked, with a real-time grant): bound to the CPU it last ran on at SCHED_FIFO
 //!   `run_priority + 1`, so the instant it wakes the kernel dispatches it, ahead of
 //!   whatever the agent selected there — the agent only learns of the wake at its next
@@ -27,9 +31,10 @@
 //!   held process (the ledger names it);
 //! - *sleeping* (blocked, best effort: no grant, not exclusive to a loaded scheduler):
 //!   with its own affinity, not bound where it last ran, and (`best_effort_sleep`) in the
-//!   fair class — SCHED_OTHER at its own nice, the default — or parked (SCHED_IDLE).
+//!   fair class — SCHED_OTHER at its own nice, the default, for a task without a warp —
+//!   or parked (SCHED_IDLE: a warped task, whose warp asks for the policy at its wake).
 //!   In the fair class the kernel runs it the instant it wakes, on whichever CPU it
-//!   chooses, as it would without the agent; with BPF events and no warp its wakes are
+//!   chooses, as it would without the agent; with BPF events its wakes are
 //!   quiet (as an armed thread's: the policy hears of the run at the next pass, bounded
 //!   by its process's CPU-clock timer; pass.rs, "Quiet wakes"), so the dispatcher does
 //!   not preempt the very thread that woke. Parked, it runs at once only on a CPU that
@@ -343,6 +348,9 @@ impl Agent {
         // would give it up to a kernel tick per parking).
         let capped = self.hard_capped(task) || self.unloaded.contains_key(&id);
         let nice = self.best_effort_nice(id);
+        // A warp asks for the policy's decision at each wake (BVT §2.2): such a task
+        // sleeps parked, its wakes loud.
+        let warps = self.tasks.get(&id).and_then(|m| self.param(m.pid, Some(m.tid), "warp")).is_some_and(|w| w != 0);
         // A best-effort scheduler's selection is never held: it has no share to spend.
         let be = self.decided_by_best_effort(task);
         let owned = self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched());
@@ -351,7 +359,7 @@ impl Agent {
             TaskState::Running(_) if rt.is_none() && capped && !be => KState::Held,
             TaskState::Running(c) => KState::Run { cpu: c.0, class: if rt.is_some() { RunClass::Fifo } else { RunClass::Other(nice) } },
             TaskState::Blocked if rt.is_some() => KState::Armed { cpu: m.last_cpu.unwrap_or(0) },
-            TaskState::Blocked if !capped => KState::Sleeping,
+            TaskState::Blocked if !capped => KState::Sleeping { fair: fair_sleep && !warps },
             TaskState::Runnable if capped => KState::Held,
             _ => KState::Parked,
         };
@@ -370,7 +378,11 @@ impl Agent {
             // Bound first, to the one CPU of a selected or armed thread; a thread already
             // bound there (it was selected, armed or parked there) only changes policy:
             // an affinity call is saved at every wake, block and parking.
+            // A best-effort selection of a thread woken from fair-class sleep stays
+            // where the kernel woke it (module documentation, *selected*).
+            let woke_fair = m.applied == (KState::Sleeping { fair: true }) && m.bound.is_none();
             let cpu = match goal {
+                KState::Run { class: RunClass::Other(None), .. } if woke_fair => None,
                 KState::Run { cpu, .. } | KState::Armed { cpu } => Some(cpu),
                 _ => None,
             };
@@ -382,7 +394,7 @@ impl Agent {
                 }
             }
             // A sleeping thread waits with its own affinity (it may wake on any CPU).
-            if goal == KState::Sleeping && m.bound.is_some() {
+            if matches!(goal, KState::Sleeping { .. }) && m.bound.is_some() {
                 r = kernel::set_affinity(m.tid, &m.affinity0);
                 if r.is_ok() {
                     m.bound = None;
@@ -391,11 +403,11 @@ impl Agent {
             let tid = m.tid;
             // Already at SCHED_IDLE: parked, held (a continued held thread is parked), or
             // sleeping there (`best_effort_sleep = "idle"`).
-            let idle = matches!(m.applied, KState::Parked | KState::Held) || (m.applied == KState::Sleeping && !fair_sleep);
+            let idle = matches!(m.applied, KState::Parked | KState::Held | KState::Sleeping { fair: false });
             // Already at SCHED_OTHER and its own nice: it ran best effort, or slept in the
             // fair class.
-            let fair_own = !m.niced
-                && (matches!(m.applied, KState::Run { class: RunClass::Other(None), .. }) || (m.applied == KState::Sleeping && fair_sleep));
+            let fair_own =
+                !m.niced && matches!(m.applied, KState::Run { class: RunClass::Other(None), .. } | KState::Sleeping { fair: true });
             // Its own nice, unless the agent set another (`niced`); a stronger one only
             // while a loaded best-effort scheduler selects it.
             let own_nice = |m: &mut Managed| -> std::io::Result<()> {
@@ -432,10 +444,10 @@ impl Agent {
                     kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m))
                 }
                 KState::Armed { .. } => kernel::set_policy(tid, libc::SCHED_FIFO | RESET_ON_FORK, run_prio + 1),
-                KState::Sleeping if fair_sleep && fair_own => Ok(()),
-                KState::Sleeping if fair_sleep => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m)),
-                KState::Parked | KState::Sleeping if idle => Ok(()),
-                KState::Parked | KState::Sleeping => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
+                KState::Sleeping { fair: true } if fair_own => Ok(()),
+                KState::Sleeping { fair: true } => kernel::set_policy(tid, libc::SCHED_OTHER | RESET_ON_FORK, 0).and_then(|_| own_nice(m)),
+                KState::Parked | KState::Sleeping { fair: false } if idle => Ok(()),
+                KState::Parked | KState::Sleeping { fair: false } => kernel::set_policy(tid, libc::SCHED_IDLE | RESET_ON_FORK, 0),
                 KState::Untouched | KState::Held => Ok(()),
             });
             match r {
@@ -499,7 +511,6 @@ impl Agent {
     fn set_quiet(&mut self, pid: i32, ids: &[u32]) {
         let tick = self.cfg.tick;
         let bpf = matches!(self.source, Source::Bpf(_));
-        let fair_sleep = self.cfg.best_effort_sleep == BestEffortSleep::Fair;
         let has_timer = self.groups.get(&pid).is_some_and(|g| g.timer.is_some());
         let mut quiet_any = false;
         let mut least_left = Ns::MAX;
@@ -507,10 +518,9 @@ impl Agent {
         for &id in ids {
             let capped = self.hard_capped(TaskId(id));
             let Some(m) = self.tasks.get(&id) else { continue };
-            // A warp asks for the policy's decision at each wake (BVT §2.2).
             let quiet_kind = match m.want {
                 KState::Armed { .. } => true,
-                KState::Sleeping => fair_sleep && self.param(m.pid, Some(m.tid), "warp").is_none_or(|w| w == 0),
+                KState::Sleeping { fair } => fair,
                 _ => false,
             };
             let q = bpf && has_timer && quiet_kind && !capped && m.watched && m.applied == m.want;

@@ -89,11 +89,13 @@ pub enum KState {
         cpu: u16,
     },
     Parked,
-    /// Blocked, best effort: with its own affinity, in the fair class (SCHED_OTHER at its
-    /// own nice: the kernel runs it the instant it wakes) or parked (SCHED_IDLE: it runs
-    /// at once only where nothing else is eligible), as `best_effort_sleep` says
-    /// (enforcement.rs, *sleeping*).
-    Sleeping,
+    /// Blocked, best effort: with its own affinity, in the fair class (`fair`: SCHED_OTHER
+    /// at its own nice, the kernel runs it the instant it wakes) or parked (SCHED_IDLE: it
+    /// runs at once only where nothing else is eligible): fair with `best_effort_sleep =
+    /// "fair"` and no warp (enforcement.rs, *sleeping*).
+    Sleeping {
+        fair: bool,
+    },
     /// Parked, and its process stopped (SIGSTOP): the hard cap (enforcement.rs, *held*).
     Held,
 }

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use vassal_core::{Ns, TaskId, TaskState};
 
 use super::{share, Agent, KState, RunClass, NOTES};
-use crate::config::BestEffortSleep;
 use crate::kernel;
 use crate::wire::{Answer, EjectionRow, SchedRow, TaskRow, ThreadRow};
 
@@ -113,8 +112,8 @@ impl Agent {
             KState::Run { cpu, class: RunClass::Other(None) } => format!("other cpu{cpu}"),
             KState::Armed { cpu } => format!("armed fifo{} cpu{cpu}", self.cfg.run_priority + 1),
             KState::Parked => "idle".into(),
-            KState::Sleeping if self.cfg.best_effort_sleep == BestEffortSleep::Fair => "other, unbound".into(),
-            KState::Sleeping => "idle, unbound".into(),
+            KState::Sleeping { fair: true } => "other, unbound".into(),
+            KState::Sleeping { fair: false } => "idle, unbound".into(),
             KState::Held => "idle, stopped".into(),
         }
     }
