@@ -33,15 +33,14 @@
 //! blocks still wake the dispatcher. So is a thread sleeping in the fair class without a
 //! warp (`best_effort_sleep = "fair"`, enforcement.rs): the kernel runs it at its wake as
 //! it would without the agent, and a dispatcher woken for that wake, at SCHED_FIFO,
-//! would preempt the very thread it woke for (rt-app's video threads, issue 17). A pass that finds such a process woken and blocked
-//! again replays its run to the policy in order (`replay_run`): wake, the decisions that
-//! follow, the CPU it used, block. A process that wakes and does not block again is
-//! bounded by a POSIX timer on its CPU clock (`kernel::CpuTimer`), set at each pass to one
-//! tick of CPU past what it has used: the kernel checks it at its own tick, so an armed
-//! task runs unseen for at most one agent tick of CPU plus one kernel tick (4 ms at
-//! HZ = 250) — a runaway warped task is then dispatched, and its warp limit applies, from
-
-//! there.
+//! would preempt the very thread it woke for (rt-app's video threads, issue 17). A pass
+//! that finds such a process woken and blocked again replays its run to the policy in
+//! order (`replay_run`): wake, the decisions that follow, the CPU it used, block. A
+//! process that wakes and does not block again is bounded by a POSIX timer on its CPU
+//! clock (`kernel::CpuTimer`), set at each pass to one tick of CPU past what it has used:
+//! the kernel checks it at its own tick, so a quiet task runs unseen for at most one
+//! agent tick of CPU plus one kernel tick (4 ms at HZ = 250) — a runaway warped task is
+//! then dispatched, and its warp limit applies, from there.
 //!
 //! **What a pass visits** (issue 17, "many tasks"). With BPF events a pass reads only
 //! the threads events named, the selected ones (their CPU use), those whose kernel state
@@ -539,9 +538,9 @@ impl Agent {
 
     /// A quiet thread woke and blocked again since the last pass (a quiet wake, or a run
     /// shorter than the dispatcher's wake-up): the kernel ran it on `cpu` (where it was
-    /// armed, or where it woke in the fair class) the instant it woke. The policy is told what happened, in order: the wake
-    /// (and the decisions it leads to), the CPU it used (told at its dispatch, as for any
-    /// run), the block. All at `now`: a pass runs on one clock. If the policy would not
+    /// armed, or where it woke in the fair class) the instant it woke. The policy is told
+    /// what happened, in order: the wake (and the decisions it leads to), the CPU it used
+    /// (told at its dispatch, as for any run), the block. All at `now`: a pass runs on one clock. If the policy would not
     /// have run it, what it used stays untold until its next dispatch (see `poll`). No
     /// latency sample: the agent did not dispatch it, the kernel did.
     fn replay_run(&mut self, now: Ns, task: TaskId, cpu: CpuId) {
