@@ -82,6 +82,11 @@ impl Agent {
         }
     }
 
+    /// Whether `m` has a warp (BVT §2.2: its own, or its process's).
+    fn warped(&self, m: &Managed) -> bool {
+        self.param(m.pid, Some(m.tid), "warp").is_some_and(|w| w > 0)
+    }
+
     /// The real-time grant `task` may hold now (crate::budget; docs/agent.md, "Security
     /// model"), and the CPU it may still use under it. A selected task is real-time only
     /// under the grant of the scheduler that decided: a loaded scheduler's (its declared
@@ -98,7 +103,7 @@ impl Agent {
         let Some(m) = self.tasks.get(&id) else {
             return (None, 0);
         };
-        let warped = self.param(m.pid, Some(m.tid), "warp").is_some_and(|w| w > 0);
+        let warped = self.warped(m);
         let uid = self.groups.get(&m.pid).map_or(0, |g| g.uid);
         let by = match self.drv.disp.state(task) {
             TaskState::Running(_) => match self.drv.disp.ran_by(task) {
@@ -350,7 +355,7 @@ impl Agent {
         let nice = self.best_effort_nice(id);
         // A warp asks for the policy's decision at each wake (BVT §2.2): such a task
         // sleeps parked, its wakes loud.
-        let warps = self.tasks.get(&id).and_then(|m| self.param(m.pid, Some(m.tid), "warp")).is_some_and(|w| w != 0);
+        let warps = self.tasks.get(&id).is_some_and(|m| self.warped(m));
         // A best-effort scheduler's selection is never held: it has no share to spend.
         let be = self.decided_by_best_effort(task);
         let owned = self.drv.disp.owner(task).is_some_and(|o| o != self.drv.disp.default_sched());

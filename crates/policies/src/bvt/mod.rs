@@ -1048,11 +1048,7 @@ impl Policy for Bvt {
                 Reply::Ok
             }
             Request::Warp { on: false } => {
-                let now = ctx.now();
-                self.settle_warp(task, now);
-                self.t_mut(task).warp_back = false;
-                if self.t(task).warped {
-                    self.end_warp(ctx, task, false);
+                if self.warp_off(ctx, task) {
                     self.resched_if_running(ctx, task);
                 }
                 Reply::Ok
@@ -1092,11 +1088,7 @@ impl Policy for Bvt {
                                     self.t_mut(task).warp_back = true;
                                 } else if v == 0 {
                                     // No warp left to run with: the episode ends.
-                                    self.settle_warp(task, now);
-                                    self.t_mut(task).warp_back = false;
-                                    if self.t(task).warped {
-                                        self.end_warp(ctx, task, false);
-                                    }
+                                    self.warp_off(ctx, task);
                                 }
                                 self.try_warp(ctx, task);
                             }

@@ -94,6 +94,19 @@ impl Bvt {
         }
     }
 
+    /// The task no longer wants to run warped (§2.2's warpBack cleared: an unwarp asked
+    /// for, or its warp set to 0); a warped episode under way ends. Returns whether one
+    /// did.
+    pub(super) fn warp_off(&mut self, ctx: &mut Ctx, id: TaskId) -> bool {
+        self.settle_warp(id, ctx.now());
+        self.t_mut(id).warp_back = false;
+        let warped = self.t(id).warped;
+        if warped {
+            self.end_warp(ctx, id, false);
+        }
+        warped
+    }
+
     /// §6.3.2: the heuristic's warp for a level.
     pub(super) fn heuristic_warp(&self, level: u32) -> u64 {
         (self.cfg.w_int as u128 * level as u128 / INTERACTIVE_LEVELS as u128) as u64
