@@ -17,7 +17,7 @@ use std::time::Duration;
 use agent_proc::{root, serial, stopped, wait_for, AgentProc};
 use vassal_agent::client::Client;
 use vassal_agent::kernel::{self, now_ns};
-use vassal_agent::wire::{Answer, Call};
+use vassal_agent::wire::{Answer, Call, Status};
 use vassal_agent::workers::{self, Worker};
 use vassal_core::Request;
 
@@ -678,8 +678,7 @@ fn the_agent_writes_a_perfetto_trace() {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn bpf_events_show_a_process_block_and_wake() {
-    if !vassal_agent::bpf::BUILT {
-        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
+    if !bpf_built() {
         return;
     }
     sees_block_and_wake("bpf");
@@ -740,6 +739,26 @@ fn sees_block_and_wake(events: &str) {
     }
 }
 
+/// Whether the agent was built with its BPF event source; if not, the test is counted
+/// as skipped (vassal_agent::skip), saying why.
+fn bpf_built() -> bool {
+    if !vassal_agent::bpf::BUILT {
+        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
+    }
+    vassal_agent::bpf::BUILT
+}
+
+/// Quiet wakes over `periods` periods of a task that wakes and blocks once each, between
+/// two `status` readings: each period is a wake and a block (at least two BPF events,
+/// but for `slack` periods at the edges); only the blocks (and broker calls) wake the
+/// dispatcher, and each block's pass replays the run that ended.
+fn assert_wakes_were_quiet(s0: &Status, s1: &Status, periods: u64, slack: u64) {
+    let (events, passes, replayed) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes, s1.replayed_runs - s0.replayed_runs);
+    assert!(events >= 2 * (periods - slack), "{events} BPF events for {periods} periods");
+    assert!(replayed >= periods / 2, "{replayed} runs replayed in {periods} periods");
+    assert!(passes * 4 < events * 3, "{passes} passes for {events} events: the wakes woke the dispatcher");
+}
+
 /// Quiet wakes (docs/agent.md, "Quiet wakes"): the wakes of a warped (armed) task do not
 /// wake the dispatcher — the kernel already runs it — and each of its runs is told to the
 /// policy when it blocks again; when it stops blocking (BVT Table 5's rt "failing into an
@@ -747,8 +766,7 @@ fn sees_block_and_wake(events: &str) {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
-    if !vassal_agent::bpf::BUILT {
-        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
+    if !bpf_built() {
         return;
     }
     if !root() {
@@ -772,17 +790,15 @@ fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
     let last_release = periodic_end - period;
     kernel::sleep_until(last_release - 5 * MS);
     let s1 = c.status().expect("status");
-    let (events, passes, replayed) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes, s1.replayed_runs - s0.replayed_runs);
     let periods = count as u64 - 1;
     eprintln!(
-        "{periods} periods: {events} BPF events, {passes} passes, {replayed} runs replayed, {} bounds fired",
+        "{periods} periods: {} BPF events, {} passes, {} runs replayed, {} bounds fired",
+        s1.bpf_events - s0.bpf_events,
+        s1.passes - s0.passes,
+        s1.replayed_runs - s0.replayed_runs,
         s1.bounds_fired - s0.bounds_fired
     );
-    // Each period is a wake and a block; only the blocks (and the broker calls) wake the
-    // dispatcher, and each block's pass replays the run that ended.
-    assert!(events >= 2 * (periods - 2), "{events} BPF events for {periods} periods");
-    assert!(replayed >= periods / 2, "{replayed} runs replayed in {periods} periods");
-    assert!(passes * 4 < events * 3, "{passes} passes for {events} events: the wakes woke the dispatcher");
+    assert_wakes_were_quiet(&s0, &s1, periods, 2);
     // After its last release it loops without blocking, and nothing but its CPU-clock
     // bound tells the agent: the hog alone has no slice ends, and the once-a-second
     // rescans come ~1 s and ~2 s after the joins, while the loop starts ~1.3 s after.
@@ -804,8 +820,7 @@ fn a_warped_tasks_quiet_wakes_are_replayed_and_bounded() {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class() {
-    if !vassal_agent::bpf::BUILT {
-        vassal_agent::skip::skip("the agent was built without its BPF event source (no clang at build time)");
+    if !bpf_built() {
         return;
     }
     if !root() {
@@ -831,19 +846,19 @@ fn a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class() {
     }
     kernel::sleep_until(end - period - 5 * MS);
     let s1 = c.status().expect("status");
-    let (events, passes, replayed) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes, s1.replayed_runs - s0.replayed_runs);
     let periods = count as u64 - 1;
     let mut lat: Vec<u64> = workers::periodic_results(&w).iter().map(|r| r.0 / 1000).collect();
     eprintln!(
-        "{periods} periods: {events} BPF events, {passes} passes, {replayed} runs replayed; classes asleep {asleep:?}; \
+        "{periods} periods: {} BPF events, {} passes, {} runs replayed; classes asleep {asleep:?}; \
          release-to-run p50 {} us, p99 {} us",
+        s1.bpf_events - s0.bpf_events,
+        s1.passes - s0.passes,
+        s1.replayed_runs - s0.replayed_runs,
         workers::quantile(&mut lat, 0.5),
         workers::quantile(&mut lat, 0.99)
     );
     assert!(asleep.iter().all(|&p| p == libc::SCHED_OTHER), "classes while asleep: {asleep:?} (SCHED_OTHER is {})", libc::SCHED_OTHER);
-    assert!(events >= 2 * (periods - 4), "{events} BPF events for {periods} periods");
-    assert!(replayed >= periods / 2, "{replayed} runs replayed in {periods} periods");
-    assert!(passes * 4 < events * 3, "{passes} passes for {events} events: the wakes woke the dispatcher");
+    assert_wakes_were_quiet(&s0, &s1, periods, 4);
     drop(w);
     drop(hog);
 }
