@@ -551,7 +551,7 @@ fn a_user_joins_only_threads_of_their_own_processes() {
 /// the thread's scheduler before the move (which refused rt's `priority`: "bvt has no
 /// task parameter 'priority'"); a refused parameter changes nothing — neither the
 /// threads' schedulers nor their parameters, and a process joined by the refused call is
-/// not managed. The ceiling is that of `set` after the move, for the caller's uid: an
+/// not managed; so does a `set` one thread's scheduler refuses. The ceiling is that of `set` after the move, for the caller's uid: an
 /// ordinary user may not set `priority` (no ceiling is configured for it), with `--sched`
 /// or without, nor `weight` (no ceiling configured here), on its own process; root may.
 #[test]
@@ -596,6 +596,17 @@ fn join_gives_its_parameters_to_the_scheduler_joined() {
         assert!(!main.params.contains_key("nonsense"), "{main:?}");
     }
     assert_ne!(thread(&t2).sched, "rt");
+    // `set` refused by one thread's scheduler changes nothing either: rt takes a priority
+    // for the main thread, bvt (t2's) refuses it; and a parameter no scheduler knows.
+    for (name, value) in [("priority", "7"), ("nonsense", "1")] {
+        let (ok, out) = agent.ctl_as(0, &["set", &pid, name, value]);
+        assert!(!ok && out.contains(name), "set {name} {value}: {out}");
+        let row = tasks(&agent).into_iter().find(|r| r.pid == mine.pid).expect("managed");
+        assert!(!row.params.contains_key(name), "set {name} refused but recorded: {row:?}");
+        let main = thread(&pid);
+        assert_eq!((main.sched.as_str(), main.params.get("priority")), ("rt", Some(&20)), "{main:?}");
+        assert_eq!(thread(&t2).params, before.params, "{:?}", thread(&t2));
+    }
     // A process the refused call would have joined is not managed.
     let p = other.pid.to_string();
     let (ok, out) = agent.ctl_as(0, &["join", &p, "--sched", "rt", "--param", "priority=5", "--param", "nonsense=1"]);

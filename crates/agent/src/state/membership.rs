@@ -618,8 +618,33 @@ impl Agent {
     // ----- parameters and messages -----
 
     /// Sets parameter `name` of process `pid` (every thread without its own value; the
-    /// weight divided) or of thread `tid` alone, through each thread's scheduler.
+    /// weight divided) or of thread `tid` alone, through each thread's scheduler. Refused
+    /// by one scheduler, it changes nothing: the recorded parameters are put back and the
+    /// threads whose schedulers took it are given theirs again.
     fn set_param(&mut self, now: Ns, pid: i32, tid: Option<i32>, uid: u32, name: &str, value: i64) -> Result<(), String> {
+        let ids = self.targets(pid, tid)?;
+        let group_params = self.groups.get(&pid).map(|g| g.params.clone()).unwrap_or_default();
+        let own: Vec<(u32, BTreeMap<String, i64>)> =
+            ids.iter().filter_map(|&id| self.tasks.get(&id).map(|m| (id, m.own.clone()))).collect();
+        let result = self.give_param(now, pid, tid, uid, name, value);
+        if result.is_err() {
+            if let Some(g) = self.groups.get_mut(&pid) {
+                g.params = group_params;
+            }
+            for (id, o) in own {
+                if let Some(m) = self.tasks.get_mut(&id) {
+                    m.own = o;
+                }
+                self.resend_params(now, id);
+                self.touch(id);
+            }
+            self.rebalance(now, pid);
+        }
+        result
+    }
+
+    /// `set_param`'s work, recorded as it goes: the first refusal is the answer.
+    fn give_param(&mut self, now: Ns, pid: i32, tid: Option<i32>, uid: u32, name: &str, value: i64) -> Result<(), String> {
         let ids = self.targets(pid, tid)?;
         match tid {
             Some(_) => {
