@@ -37,14 +37,18 @@
 // BLOCKED, set by these programs from a block to the next wake: plain stores, since a
 // thread's block and its wake are traced one after the other), inserted (with BLOCKED)
 // and deleted by the agent at join, leave and rescan and otherwise written only here.
-// `quiet` holds the tids whose wakes need no wake-up of the agent (the agent writes it).
+// `quiet` holds the tids whose wakes (QUIET_WAKE) or blocks (QUIET_BLOCK) need no
+// wake-up of the agent, `waiting` whether a thread waits for a CPU (the agent writes both).
 //
 // Wake-ups: the agent's dispatcher sleeps in epoll on the ring buffer. Every event wakes
 // it (BPF_RB_FORCE_WAKEUP: the default wakes the reader only when it had read
-// everything, and a quiet record below may be waiting unread) except the WAKE of a thread
-// in `quiet` (BPF_RB_NO_WAKEUP): a thread the agent armed, or one asleep in the fair
-// class without a warp — the kernel runs it the instant it wakes — whose wake the agent
-// takes at its next pass (state/pass.rs, "quiet wakes").
+// everything, and a quiet record below may be waiting unread) except, with
+// BPF_RB_NO_WAKEUP, the WAKE of a thread marked QUIET_WAKE — one the agent armed, or a
+// best-effort one in the fair class without a warp: the kernel runs it the instant it
+// wakes — and the BLOCK of one marked QUIET_BLOCK — best effort in the fair class —
+// while `waiting` is 0 (no thread the agent parked or held is runnable: the CPU the
+// block frees is wanted by nobody the agent must place), unless it is an exit. The agent
+// takes those at its next pass (state/pass.rs, "Quiet wakes and blocks").
 
 typedef unsigned char __u8;
 typedef unsigned int __u32;
@@ -55,7 +59,7 @@ typedef int pid_t;
 #define __uint(name, val) int (*name)[val]
 #define __type(name, val) typeof(val) *name
 
-enum { BPF_MAP_TYPE_HASH = 1, BPF_MAP_TYPE_RINGBUF = 27 };
+enum { BPF_MAP_TYPE_HASH = 1, BPF_MAP_TYPE_ARRAY = 2, BPF_MAP_TYPE_RINGBUF = 27 };
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
@@ -65,6 +69,10 @@ static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 f
 
 enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
 #define BLOCKED 0x40000000u
+// The bits of a `quiet` value (the agent's crate::bpf::QUIET_WAKE and QUIET_BLOCK).
+#define QUIET_WAKE 1
+#define QUIET_BLOCK 2
+#define TASK_DEAD 0x80
 
 struct task_struct {
 	int wake_cpu;
@@ -85,6 +93,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } quiet SEC(".maps");
+
+// One value: nonzero while a managed thread the agent parked or held is runnable, waiting
+// for a CPU that a block may free: every block is then loud.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} waiting SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -113,6 +130,18 @@ static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind
 	return 0;
 }
 
+// The ring buffer flag of a block of `tid`: quiet only if the agent marked its blocks
+// quiet, no thread waits for a CPU (`waiting`), and it is not an exit.
+static __attribute__((always_inline)) __u64 block_wakeup(__u32 tid, __u32 prev_state)
+{
+	__u32 zero = 0;
+	__u8 *q = bpf_map_lookup_elem(&quiet, &tid);
+	__u32 *w = bpf_map_lookup_elem(&waiting, &zero);
+	if (q && (*q & QUIET_BLOCK) && w && *w == 0 && !(prev_state & TASK_DEAD))
+		return BPF_RB_NO_WAKEUP;
+	return BPF_RB_FORCE_WAKEUP;
+}
+
 // tp_btf/sched_switch: (bool preempt, struct task_struct *prev, struct task_struct *next,
 // unsigned int prev_state)
 SEC("tp_btf/sched_switch")
@@ -127,7 +156,7 @@ int vassal_switch(__u64 *ctx)
 	if (v) {
 		if (!preempt && prev_state != 0) {
 			*v |= BLOCKED;
-			emit(prev, EV_BLOCK, prev_state, BPF_RB_FORCE_WAKEUP);
+			emit(prev, EV_BLOCK, prev_state, block_wakeup(tid, prev_state));
 		} else if (*v & BLOCKED) {
 			// Preempted or yielding while its last event said blocked: its wake was
 			// missed (RUNNING below).
@@ -154,7 +183,8 @@ int vassal_wakeup(__u64 *ctx)
 	if (!v || !(*v & BLOCKED))
 		return 0;
 	*v &= ~BLOCKED;
-	__u64 flags = bpf_map_lookup_elem(&quiet, &tid) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
+	__u8 *q = bpf_map_lookup_elem(&quiet, &tid);
+	__u64 flags = q && (*q & QUIET_WAKE) ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
 	return emit(p, EV_WAKE, (__u32)p->wake_cpu, flags);
 }
 

@@ -21,8 +21,10 @@
 //! Managed threads are the keys of the BPF hash map `tids` (value: the process they
 //! belong to, and the programs' [`BLOCKED`] flag), which the agent fills at join and
 //! rescan and empties at leave; the programs alone write it in between. Every event wakes
-//! the agent's dispatcher except the wake of a thread in the map `quiet`
-//! ([`EventSource::set_quiet_wake`]): that record waits in the ring buffer for the
+//! the agent's dispatcher except the wake of a thread marked [`QUIET_WAKE`] in the map
+//! `quiet` and the block (not an exit) of one marked [`QUIET_BLOCK`] while no thread
+//! waits for a CPU (the array map `waiting` holds 0): [`EventSource::set_quiet`],
+//! [`EventSource::set_waiting`]. Such a record waits in the ring buffer for the
 //! dispatcher's next pass.
 //!
 //! The loader is `aya` (pure Rust): the object is compiled by `build.rs` with clang when
@@ -133,6 +135,10 @@ pub const BLOCKED: u32 = 0x4000_0000;
 /// `Event::state` of a [`Kind::Wake`] that stands for a missed wake: the thread was seen
 /// switched in or preempted while its last event was a block (sched.bpf.c, RUNNING).
 pub const MISSED_WAKE: u32 = 1;
+/// A `quiet` value's bit: the thread's wakes do not wake the agent.
+pub const QUIET_WAKE: u8 = 1;
+/// A `quiet` value's bit: the thread's blocks do not wake the agent while `waiting` is 0.
+pub const QUIET_BLOCK: u8 = 2;
 
 /// Whether this build carries the BPF object (built by clang, or the committed one:
 /// crates/agent/build.rs).
@@ -147,7 +153,7 @@ pub const ORIGIN: &str = match option_env!("VASSAL_BPF_ORIGIN") {
 #[cfg(vassal_bpf)]
 mod imp {
     use super::*;
-    use aya::maps::{HashMap, MapData, RingBuf};
+    use aya::maps::{Array, HashMap, MapData, RingBuf};
     use aya::programs::BtfTracePoint;
     use aya::{Btf, Ebpf};
     use std::os::fd::AsRawFd;
@@ -160,6 +166,7 @@ mod imp {
         ring: RingBuf<MapData>,
         tids: HashMap<MapData, u32, u32>,
         quiet: HashMap<MapData, u32, u8>,
+        waiting: Array<MapData, u32>,
         /// Owns the programs and their links (kept attached while this lives).
         _bpf: Ebpf,
     }
@@ -183,7 +190,8 @@ mod imp {
             let ring = RingBuf::try_from(bpf.take_map("events").ok_or("no map 'events'")?).map_err(|e| format!("ring buffer: {e}"))?;
             let tids = HashMap::try_from(bpf.take_map("tids").ok_or("no map 'tids'")?).map_err(|e| format!("tid map: {e}"))?;
             let quiet = HashMap::try_from(bpf.take_map("quiet").ok_or("no map 'quiet'")?).map_err(|e| format!("quiet map: {e}"))?;
-            Ok(EventSource { ring, tids, quiet, _bpf: bpf })
+            let waiting = Array::try_from(bpf.take_map("waiting").ok_or("no map 'waiting'")?).map_err(|e| format!("waiting map: {e}"))?;
+            Ok(EventSource { ring, tids, quiet, waiting, _bpf: bpf })
         }
         /// The ring buffer's fd: readable (epoll) when events are waiting.
         pub fn fd(&self) -> RawFd {
@@ -198,16 +206,21 @@ mod imp {
             let _ = self.tids.remove(&(tid as u32));
             let _ = self.quiet.remove(&(tid as u32));
         }
-        /// Makes the wakes of watched `tid` (of `tgid`) quiet or not (see the module
-        /// documentation). False if the map refused.
-        pub fn set_quiet_wake(&mut self, tid: i32, quiet: bool) -> bool {
+        /// Makes the wakes ([`QUIET_WAKE`]) and blocks ([`QUIET_BLOCK`]) of watched `tid`
+        /// quiet, or neither (0): see the module documentation. False if the map refused.
+        pub fn set_quiet(&mut self, tid: i32, bits: u8) -> bool {
             // A map of its own: the programs' flags in `tids` are never written here.
-            if quiet {
-                self.quiet.insert(tid as u32, 1, 0).is_ok()
+            if bits != 0 {
+                self.quiet.insert(tid as u32, bits, 0).is_ok()
             } else {
                 // removed, or it was not there
                 self.quiet.remove(&(tid as u32)).is_ok() || self.quiet.get(&(tid as u32), 0).is_err()
             }
+        }
+        /// Whether a thread waits for a CPU: while one does, every block is loud. False
+        /// if the map refused.
+        pub fn set_waiting(&mut self, waiting: bool) -> bool {
+            self.waiting.set(0, waiting as u32, 0).is_ok()
         }
         /// Sets the programs' BLOCKED flag of watched `tid` as if its last event had been a
         /// block (tests: a wake the programs missed).
@@ -245,7 +258,10 @@ mod imp {
             false
         }
         pub fn unwatch(&mut self, _tid: i32) {}
-        pub fn set_quiet_wake(&mut self, _tid: i32, _quiet: bool) -> bool {
+        pub fn set_quiet(&mut self, _tid: i32, _bits: u8) -> bool {
+            false
+        }
+        pub fn set_waiting(&mut self, _waiting: bool) -> bool {
             false
         }
         pub fn drain(&mut self, _out: &mut Vec<Event>) {}
@@ -397,6 +413,93 @@ mod tests {
         assert!(missed.iter().all(|e| e.kind == Kind::Wake && e.tid == tid && e.cpu == Some(0)), "{missed:?}");
         // Told once: telling it clears the flag.
         assert_eq!(missed.len(), 1, "{after:?}");
+    }
+
+    /// Quiet blocks and wakes: a watched thread marked `QUIET_WAKE | QUIET_BLOCK` sleeps
+    /// and wakes three times while the reader waits in poll(2) on the empty ring buffer,
+    /// which is not woken (the events are there when it drains); with `waiting` set, its
+    /// next block wakes the reader at once; its exit always does. (Each round is started
+    /// from another thread 20 ms after the reader began to wait: poll(2) also returns at
+    /// once if records are waiting when it is called, whatever their flags.)
+    #[cfg(vassal_bpf)]
+    #[test]
+    #[ignore = "needs root: scripts/test.sh runs it as root"]
+    fn quiet_blocks_wake_the_reader_only_while_a_thread_waits() {
+        if !crate::kernel::is_root() {
+            crate::skip::skip("loading BPF programs needs root");
+            return;
+        }
+        use std::sync::mpsc::{channel, Sender};
+        use std::time::{Duration, Instant};
+        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let (tid_tx, tid_rx) = channel::<i32>();
+        let (go_tx, go_rx) = channel::<u32>();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(crate::kernel::gettid()).unwrap();
+            // Each message: that many 5 ms sleeps (a block and a wake each); a closed
+            // channel: exit.
+            while let Ok(n) = go_rx.recv() {
+                for _ in 0..n {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
+        let tid = tid_rx.recv().unwrap();
+        // Sends `n` sleeps (None: sends nothing) 20 ms from now, then waits in poll(2)
+        // for up to `ms`: how long the reader waited (at its timeout poll(2) looks once
+        // more, and returns the records then waiting, so the time tells a wake-up).
+        let round = |src: &EventSource, go: Option<Sender<u32>>, n: u32, ms: i32| {
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                if let Some(go) = go {
+                    go.send(n).unwrap();
+                }
+            });
+            let t0 = Instant::now();
+            let mut p = libc::pollfd { fd: src.fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd we own.
+            unsafe { libc::poll(&mut p, 1, ms) };
+            t.join().unwrap();
+            t0.elapsed()
+        };
+        let pid = std::process::id() as i32;
+        assert!(src.watch(tid, pid));
+        // A first sleep, loud, so the watch's start (as blocked) is behind us.
+        go_tx.send(1).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut evs = Vec::new();
+        src.drain(&mut evs);
+        assert!(src.set_quiet(tid, QUIET_WAKE | QUIET_BLOCK) && src.set_waiting(false));
+        evs.clear();
+        let waited = round(&src, Some(go_tx.clone()), 3, 300);
+        src.drain(&mut evs);
+        assert!(waited >= Duration::from_millis(300), "a quiet block or wake woke the reader after {waited:?}: {evs:?}");
+        let blocks = evs.iter().filter(|e| e.tid == tid && e.kind == Kind::Block).count();
+        let wakes = evs.iter().filter(|e| e.tid == tid && e.kind == Kind::Wake).count();
+        assert!(blocks >= 3 && wakes >= 3, "the quiet events are in the ring buffer: {evs:?}");
+        // A thread waits for a CPU: blocks are loud again (the wakes stay quiet).
+        assert!(src.set_waiting(true));
+        let waited = round(&src, Some(go_tx.clone()), 1, 1000);
+        assert!(waited < Duration::from_millis(500), "a block while a thread waits woke the reader after {waited:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        src.drain(&mut evs);
+        // Quiet again: the exit wakes the reader all the same.
+        assert!(src.set_waiting(false));
+        let exit = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(go_tx);
+        });
+        let waited = round(&src, None, 0, 1000);
+        exit.join().unwrap();
+        worker.join().unwrap();
+        assert!(waited < Duration::from_millis(500), "the exit of a quiet thread woke the reader after {waited:?}");
+        let until = crate::kernel::now_ns() + 1_000_000_000;
+        while !evs.iter().any(|e| e.exited()) && crate::kernel::now_ns() < until {
+            src.drain(&mut evs);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        src.unwatch(tid);
+        assert!(evs.iter().any(|e| e.tid == tid && e.exited()), "{evs:?}");
     }
 
     /// A new thread of a watched process is told with the thread that created it.

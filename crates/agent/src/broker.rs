@@ -920,6 +920,7 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
                     events: a.source_name().into(),
                     bpf_events: a.bpf_events,
                     replayed_runs: a.replayed_runs,
+                    replayed_sleeps: a.replayed_sleeps,
                     bounds_fired: a.bounds_fired,
                     backstop_refused: a.backstop_refused,
                 }))

@@ -287,6 +287,10 @@ pub struct Status {
     /// (quiet wakes, docs/agent.md), told to the policies in order.
     #[serde(default)]
     pub replayed_runs: u64,
+    /// Sleeps of running best-effort threads the dispatcher heard of only after they woke
+    /// again (quiet blocks, docs/agent.md), told to the policies in order.
+    #[serde(default)]
+    pub replayed_sleeps: u64,
     /// Times an armed process's CPU-clock bound fired (it ran a tick of CPU unseen).
     #[serde(default)]
     pub bounds_fired: u64,

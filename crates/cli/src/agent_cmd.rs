@@ -537,8 +537,8 @@ fn print_answer(a: &Answer) {
             );
             if s.events == "bpf" {
                 println!(
-                    "{} BPF events; {} runs of armed tasks replayed (quiet wakes), {} CPU-clock bounds fired",
-                    s.bpf_events, s.replayed_runs, s.bounds_fired
+                    "{} BPF events; {} runs replayed (quiet wakes), {} sleeps replayed (quiet blocks), {} CPU-clock bounds fired",
+                    s.bpf_events, s.replayed_runs, s.replayed_sleeps, s.bounds_fired
                 );
             }
             if s.backstop_refused {

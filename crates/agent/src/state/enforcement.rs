@@ -36,8 +36,9 @@
 //!   In the fair class the kernel runs it the instant it wakes, on whichever CPU it
 //!   chooses, as it would without the agent; with BPF events its wakes are
 //!   quiet (as an armed thread's: the policy hears of the run at the next pass, bounded
-//!   by its process's CPU-clock timer; pass.rs, "Quiet wakes"), so the dispatcher does
-//!   not preempt the very thread that woke. Parked, it runs at once only on a CPU that
+//!   by its process's CPU-clock timer; pass.rs, "Quiet wakes and blocks"), so the
+//!   dispatcher does not preempt the very thread that woke, and so are its blocks (and
+//!   those of its unbound selection) while no runnable thread waits parked or held. Parked, it runs at once only on a CPU that
 //!   has nothing else to run, and the pass its wake brings selects it there (the BPF
 //!   event names the CPU: `Wake::cpu`) or elsewhere. Issue 17: rt-app's threads, bound
 //!   where they last ran, waited for a pass whenever that CPU was busy, and parked, for
@@ -244,6 +245,21 @@ impl Agent {
         let selected = (0..self.ncpus).any(|c| self.drv.disp.running(vassal_core::CpuId(c)).is_some_and(|t| self.tasks.contains_key(&t.0)));
         let armed = self.watch.iter().any(|id| self.tasks.get(id).is_some_and(|m| matches!(m.want, KState::Armed { .. })));
         self.quiet = !selected && !armed && self.unsettled.is_empty();
+        self.tell_waiting();
+    }
+
+    /// Tells the BPF programs whether a runnable thread waits for a CPU — one the agent
+    /// parked or held, or one whose kernel state is not applied yet —, when that changed:
+    /// while one does, every block wakes the dispatcher (a quiet block could leave the
+    /// CPU it frees to the kernel's choice, not the policy's, until the next pass).
+    fn tell_waiting(&mut self) {
+        let waiting = !self.waiting.is_empty() || !self.unsettled.is_empty();
+        let Source::Bpf(src) = &mut self.source else {
+            return;
+        };
+        if self.waiting_told != Some(waiting) {
+            self.waiting_told = src.set_waiting(waiting).then_some(waiting);
+        }
     }
 
     /// **Shares** (issue 17): a hard-time or reserved scheduler's tasks together get at
@@ -369,6 +385,12 @@ impl Agent {
             _ => KState::Parked,
         };
         m.want = want;
+        if matches!(want, KState::Parked | KState::Held) && self.drv.disp.state(task) == TaskState::Runnable {
+            self.waiting.insert(id);
+        } else {
+            self.waiting.remove(&id);
+        }
+        let m = self.tasks.get_mut(&id).expect("checked");
         m.rt = rt;
         m.rt_left = if rt.is_some() { left } else { Ns::MAX };
         if rt.is_some() {
@@ -506,30 +528,35 @@ impl Agent {
         self.set_quiet(pid, &ids);
     }
 
-    /// Makes the wakes of each armed thread of process `pid` quiet, or not (pass.rs,
-    /// "Quiet wakes"), and sets the process's CPU-clock timer: one tick of CPU past what
-    /// it has used when a thread is quiet, and at most the least real-time budget its
-    /// threads may still use (crate::budget); disarmed when neither applies. A thread is
-    /// quiet only if it is armed, or sleeping in the fair class without a warp; not
-    /// exclusive to a loaded scheduler, watched by the BPF map, and its process has a
-    /// timer.
+    /// Makes the wakes, and blocks, of each thread of process `pid` quiet, or not
+    /// (pass.rs, "Quiet wakes and blocks"), and sets the process's CPU-clock timer: one
+    /// tick of CPU past what it has used when a thread's wakes are quiet, and at most the
+    /// least real-time budget its threads may still use (crate::budget); disarmed when
+    /// neither applies. Wakes are quiet only for an armed thread, or a best-effort one in
+    /// the fair class without a warp — asleep there, or selected and running where the
+    /// kernel woke it (unbound) —, whose blocks are quiet too (while no thread waits for
+    /// a CPU: `tell_waiting`); never for one exclusive to a loaded scheduler, one the BPF
+    /// map does not watch, or one whose process has no timer.
     fn set_quiet(&mut self, pid: i32, ids: &[u32]) {
+        use crate::bpf::{QUIET_BLOCK, QUIET_WAKE};
         let tick = self.cfg.tick;
         let bpf = matches!(self.source, Source::Bpf(_));
         let has_timer = self.groups.get(&pid).is_some_and(|g| g.timer.is_some());
         let mut quiet_any = false;
         let mut least_left = Ns::MAX;
-        let mut marks: Vec<(u32, bool)> = Vec::new();
+        let mut marks: Vec<(u32, u8)> = Vec::new();
         for &id in ids {
             let capped = self.hard_capped(TaskId(id));
             let Some(m) = self.tasks.get(&id) else { continue };
-            let quiet_kind = match m.want {
-                KState::Armed { .. } => true,
-                KState::Sleeping { fair } => fair,
-                _ => false,
+            let fair = QUIET_WAKE | QUIET_BLOCK;
+            let bits = match m.want {
+                KState::Armed { .. } => QUIET_WAKE,
+                KState::Sleeping { fair: true } => fair,
+                KState::Run { class: RunClass::Other(None), .. } if m.bound.is_none() && !self.warped(m) => fair,
+                _ => 0,
             };
-            let q = bpf && has_timer && quiet_kind && !capped && m.watched && m.applied == m.want;
-            quiet_any |= q;
+            let q = if bpf && has_timer && !capped && m.watched && m.applied == m.want { bits } else { 0 };
+            quiet_any |= q & QUIET_WAKE != 0;
             if m.rt.is_some() {
                 least_left = least_left.min(m.rt_left);
             }
@@ -539,7 +566,7 @@ impl Agent {
         }
         // Not quiet: the map first, then the timer; quiet: the timer first. A quiet wake
         // is never unbounded.
-        for &(id, q) in marks.iter().filter(|(_, q)| !q) {
+        for &(id, q) in marks.iter().filter(|(_, q)| *q == 0) {
             self.mark_quiet(id, q);
         }
         let Some(g) = self.groups.get_mut(&pid) else {
@@ -579,18 +606,18 @@ impl Agent {
                 }
             }
         }
-        for &(id, q) in marks.iter().filter(|(_, q)| *q) {
+        for &(id, q) in marks.iter().filter(|(_, q)| *q != 0) {
             self.mark_quiet(id, q);
         }
     }
 
-    fn mark_quiet(&mut self, id: u32, quiet: bool) {
+    fn mark_quiet(&mut self, id: u32, bits: u8) {
         let Source::Bpf(src) = &mut self.source else {
             return;
         };
         if let Some(m) = self.tasks.get_mut(&id) {
-            if src.set_quiet_wake(m.tid, quiet) {
-                m.quiet = quiet;
+            if src.set_quiet(m.tid, bits) {
+                m.quiet = bits;
             }
         }
     }

@@ -175,7 +175,8 @@ impl Agent {
             watched,
             run,
             bound: None,
-            quiet: false,
+            quiet: 0,
+            blocked_seen: false,
             cpu_ns,
             read_at: now,
             unaccounted: 0,
@@ -303,7 +304,7 @@ impl Agent {
         }
         let m = self.tasks.remove(&id)?;
         self.by_tid.remove(&m.tid);
-        for set in [&mut self.evented, &mut self.dirty, &mut self.watch, &mut self.unsettled, &mut self.unwatched] {
+        for set in [&mut self.evented, &mut self.dirty, &mut self.watch, &mut self.unsettled, &mut self.unwatched, &mut self.waiting] {
             set.remove(&id);
         }
         self.unloaded.remove(&id);

@@ -124,8 +124,13 @@ struct Managed {
     /// The one CPU the agent bound it to (None: still its own affinity). A parked thread
     /// stays where it was bound (enforcement.rs, *parked*).
     bound: Option<u16>,
-    /// Its wakes are quiet (in the BPF map `quiet`; pass.rs, "Quiet wakes").
-    quiet: bool,
+    /// Its bits in the BPF map `quiet` (`crate::bpf::QUIET_WAKE`, `QUIET_BLOCK`; 0: not
+    /// in it): its wakes, or its blocks too, do not wake the dispatcher (pass.rs, "Quiet
+    /// wakes and blocks").
+    quiet: u8,
+    /// A block of it was among the BPF events since the last pass (a quiet block and a
+    /// wake before the pass are a block and a wake to replay, not nothing).
+    blocked_seen: bool,
     /// Its CPU time (schedstat) when last read, and when.
     cpu_ns: u64,
     read_at: Ns,
@@ -262,6 +267,10 @@ pub struct Agent {
     watch: BTreeSet<u32>,
     /// Tasks whose kernel state could not be applied yet (retried at the next tick).
     unsettled: BTreeSet<u32>,
+    /// Runnable tasks the agent parked or held: while there is one, every block wakes the
+    /// dispatcher (the CPU it frees may be theirs); what the BPF map `waiting` last said.
+    waiting: BTreeSet<u32>,
+    waiting_told: Option<bool>,
     /// Tasks its threads' BPF map could not take (polled, as with `events = "poll"`).
     unwatched: BTreeSet<u32>,
     /// Processes by when they are re-listed next.
@@ -303,9 +312,11 @@ pub struct Agent {
     next_audit: Ns,
     audit_from: u32,
     audit_wanted: bool,
-    /// Runs of armed threads replayed (`replay_run`), and CPU-clock bounds that fired
+    /// Runs of armed or fair-class sleeping threads replayed (`replay_run`), sleeps of
+    /// running ones (`replay_sleep`), and CPU-clock bounds that fired
     /// (`cpu_timers_fired`), for `status`.
     pub replayed_runs: u64,
+    pub replayed_sleeps: u64,
     pub bounds_fired: u64,
     /// When the last pass ran.
     last_pass: Ns,
@@ -409,6 +420,8 @@ impl Agent {
             all_dirty: false,
             watch: BTreeSet::new(),
             unsettled: BTreeSet::new(),
+            waiting: BTreeSet::new(),
+            waiting_told: None,
             unwatched: BTreeSet::new(),
             rescans: BTreeSet::new(),
             quiet: false,
@@ -432,6 +445,7 @@ impl Agent {
             audit_from: 0,
             audit_wanted: false,
             replayed_runs: 0,
+            replayed_sleeps: 0,
             bounds_fired: 0,
             last_pass: now,
             sched_budgets: BTreeMap::new(),

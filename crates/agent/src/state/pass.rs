@@ -24,7 +24,7 @@
 //! wake-up after it happens; polling, up to one tick late while things change, up to
 //! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
 //!
-//! **Quiet wakes** (BPF source). The kernel runs an armed thread the instant it wakes,
+//! **Quiet wakes and blocks** (BPF source). The kernel runs an armed thread the instant it wakes,
 //! so waking the dispatcher for that wake buys nothing when the policy will pick it
 //! anyway, and a 60 fps task's wakes were a third of all passes. An armed thread of the
 //! default scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose
@@ -35,7 +35,15 @@
 //! it would without the agent, and a dispatcher woken for that wake, at SCHED_FIFO,
 //! would preempt the very thread it woke for (rt-app's video threads, issue 17). A pass
 //! that finds such a process woken and blocked again replays its run to the policy in
-//! order (`replay_run`): wake, the decisions that follow, the CPU it used, block. A
+//! order (`replay_run`): wake, the decisions that follow, the CPU it used, block.
+//! Such a fair-class thread's blocks are quiet too (`QUIET_BLOCK`), and so are those of
+//! a best-effort selection running unbound where the kernel woke it, while no thread
+//! waits for a CPU — no runnable thread is parked or held (`Agent::tell_waiting`, the
+//! BPF map `waiting`): the CPU a block frees is then wanted by nobody the policy must
+//! place, and the dispatcher's pass at each block of rt-app's video threads, at
+//! SCHED_FIFO, delayed the workload's other threads (issue 17). A pass that finds a
+//! thread it had running blocked tells the block; blocked and woken again, it replays
+//! both in order (`replay_sleep`). A
 //! process that wakes and does not block again is bounded by a POSIX timer on its CPU
 //! clock (`kernel::CpuTimer`), set at each pass to one tick of CPU past what it has used:
 //! the kernel checks it at its own tick, so a quiet task runs unseen for at most one
@@ -138,7 +146,7 @@ impl Agent {
         for m in self.watch.iter().filter_map(|id| self.tasks.get(id)) {
             if let KState::Armed { cpu } = m.want {
                 if cpu < 64 {
-                    *(if m.quiet { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
+                    *(if m.quiet != 0 { &mut quiet } else { &mut loud }) |= 1u64 << cpu;
                 }
             }
         }
@@ -307,6 +315,7 @@ impl Agent {
                 }
             }
             m.run = woke;
+            m.blocked_seen |= !woke;
             if woke && m.woke_at.is_none() {
                 m.woke_at = Some(e.time);
             }
@@ -511,9 +520,12 @@ impl Agent {
         // Woken and blocked again before this pass: the kernel ran it (armed, or asleep in
         // the fair class), and its run is replayed (a quiet wake, or a run shorter than
         // the dispatcher's wake-up).
-        let quiet = armed.is_some() || m.quiet;
+        let quiet = armed.is_some() || m.quiet & crate::bpf::QUIET_WAKE != 0;
+        let blocked_seen = std::mem::take(&mut m.blocked_seen);
         let pid = m.pid;
-        if runnable && st == TaskState::Blocked {
+        if let (true, true, true, Some(woke)) = (runnable, st.is_runnable(), blocked_seen, woke_at) {
+            self.replay_sleep(now, task, woke_on.filter(|&c| c < self.ncpus).map(CpuId), woke);
+        } else if runnable && st == TaskState::Blocked {
             self.weight_at_wake(now, id);
             self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: ran_on, ..Wake::default() });
             if let Some(m) = self.tasks.get_mut(&id) {
@@ -570,9 +582,45 @@ impl Agent {
         }
     }
 
+    /// A thread the dispatcher had runnable blocked and woke again since the last pass (a
+    /// quiet block, or a loud one whose wake came before the pass), woken on `cpu` at
+    /// `woke` (its BPF time): the policy is told what happened, in order — the block (a
+    /// voluntary block ends a warp episode, BVT §2.2) and the decisions it leads to, then
+    /// the wake, which the policy judges afresh. All at `now`, as `replay_run`.
+    fn replay_sleep(&mut self, now: Ns, task: TaskId, cpu: Option<CpuId>, woke: Ns) {
+        self.changes += 1;
+        self.replayed_sleeps += 1;
+        self.touch(task.0);
+        if let Some(c) = self.drv.disp.block(now, task, Block { voluntary: true }) {
+            self.request_resched(c);
+        }
+        let Some(m) = self.tasks.get_mut(&task.0) else { return };
+        m.episode_rt = 0;
+        let (pid, tid) = (m.pid, m.tid as u32);
+        if let Some(t) = self.chrome.as_mut() {
+            t.runnable(now, tid, false);
+        }
+        driver::settle(self, now);
+        self.weight_at_wake(now, task.0);
+        self.drv.disp.wake(now, task, Wake { voluntary: true, cpu, ..Wake::default() });
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            m.runnable_since = Some(woke.min(now));
+        }
+        if let Some(t) = self.chrome.as_mut() {
+            t.runnable(now, tid, true);
+        }
+        self.rebalance(now, pid);
+        if let Some(tr) = self.trace.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(tr, "{} {task} replayed a sleep, woken on {cpu:?}", now / 1000);
+        }
+    }
+
     /// The CPU-clock timers of these processes (the values their signals carried: pids)
-    /// fired: their real-time and armed threads are read at this pass, and the timer set
-    /// again from there.
+    /// fired: their real-time, armed and quiet threads are read at this pass, and
+    /// enforced, which sets the timer again from there (else a process whose threads'
+    /// state did not change would be left without its bound: a fair-class thread whose
+    /// blocks and wakes are all quiet then ran unseen).
     pub fn cpu_timers_fired(&mut self, tags: &[u64]) {
         for &t in tags {
             let Some(g) = i32::try_from(t).ok().and_then(|p| self.groups.get_mut(&p)).filter(|g| g.timer_at != 0) else {
@@ -580,8 +628,14 @@ impl Agent {
             };
             g.timer_at = 0;
             self.bounds_fired += 1;
-            let ids: Vec<u32> = g.threads.values().copied().filter(|id| self.watch.contains(id)).collect();
-            self.evented.extend(ids);
+            let ids: Vec<u32> = g
+                .threads
+                .values()
+                .copied()
+                .filter(|id| self.watch.contains(id) || self.tasks.get(id).is_some_and(|m| m.quiet != 0))
+                .collect();
+            self.evented.extend(&ids);
+            self.dirty.extend(ids);
         }
     }
 
