@@ -875,7 +875,13 @@ pub fn handle(shared: &Shared, caller: Caller, call: Call) -> Answer {
             Ok(a.message(n, sched, pid, tid, caller.uid, &req))
         }),
         Call::Hierarchy => shared.run(|a| Ok(a.hierarchy())),
-        Call::Tasks => shared.run(|a| Ok(Answer::Tasks { tasks: a.task_rows() })),
+        // A pass first, so the listing is of the threads as they are: a quiet block or
+        // wake (docs/agent.md, "Quiet wakes and blocks") waits in the ring buffer for
+        // the next pass, up to a second when nothing else brings one.
+        Call::Tasks => shared.run(|a| {
+            a.pass(now());
+            Ok(Answer::Tasks { tasks: a.task_rows() })
+        }),
         Call::Register { name, kind, params, usage, above } => {
             shared.run(|a| Ok(a.register(now(), &name, &kind, &params, &usage, above.as_deref())))
         }

@@ -840,11 +840,14 @@ fn a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class() {
     join(&mut c, w.pid, &[]);
     kernel::sleep_until(start);
     let s0 = c.status().expect("status");
-    // Between its bursts (2 ms from each release) it is blocked: its class then.
+    // Between its bursts (2 ms from each release) it is blocked: its class then, and
+    // what `ctl tasks` says (its block was quiet: the listing's own pass tells it).
     let mut asleep = Vec::new();
+    let mut listed = Vec::new();
     for k in [10u64, 20, 30] {
         kernel::sleep_until(start + k * period - 5 * MS);
         asleep.push(policy(w.pid));
+        listed.push(c.tasks().expect("tasks").into_iter().find(|t| t.pid == w.pid).map(|t| t.state).unwrap_or_default());
     }
     kernel::sleep_until(end - period - 5 * MS);
     let s1 = c.status().expect("status");
@@ -862,6 +865,7 @@ fn a_best_effort_sleepers_wakes_are_quiet_in_the_fair_class() {
         workers::quantile(&mut lat, 0.99)
     );
     assert!(asleep.iter().all(|&p| p == libc::SCHED_OTHER), "classes while asleep: {asleep:?} (SCHED_OTHER is {})", libc::SCHED_OTHER);
+    assert!(listed.iter().all(|s| s == "blocked"), "listed while asleep: {listed:?}");
     let (events, passes) = (s1.bpf_events - s0.bpf_events, s1.passes - s0.passes);
     assert!(events >= 2 * (periods - 4), "{events} BPF events for {periods} periods");
     // One pass per period, at its block, was the rule before blocks were quiet too.
