@@ -3,12 +3,15 @@
 // scheduler tracepoints, into one ring buffer. Built by crates/agent/build.rs with
 // `clang -target bpf -O2 -g` and loaded by crates/agent/src/bpf.rs (aya).
 //
-// Self-contained on purpose: no vmlinux.h and no libbpf headers. The one kernel struct
-// read, task_struct, is declared with the two fields used and
+// Self-contained on purpose: no vmlinux.h and no libbpf headers. The kernel structs
+// read, task_struct and its sched_entity, are declared with the fields used and
 // __attribute__((preserve_access_index)), so clang emits CO-RE relocations and the loader
 // fixes the field offsets against the running kernel's BTF (/sys/kernel/btf/vmlinux).
 //
-// Events (struct vassal_event, 24 bytes; decoded by bpf::Event::decode):
+// Events (struct vassal_event, 32 bytes; decoded by bpf::Event::decode; each carries
+// the thread's CPU time so far, se.sum_exec_runtime — the first field of
+// /proc/TID/schedstat —, exact at a block, whose switch-out has just brought it up to
+// date):
 //   BLOCK  sched_switch: prev is managed, !preempt and prev_state != TASK_RUNNING (0):
 //          prev went to sleep (a preemption or a yield is not a block);
 //   WAKE   sched_wakeup: a managed thread whose last event was a BLOCK (the BLOCKED
@@ -74,10 +77,15 @@ enum { BPF_RB_NO_WAKEUP = 1, BPF_RB_FORCE_WAKEUP = 2 };
 #define QUIET_BLOCK 2
 #define TASK_DEAD 0x80
 
+struct sched_entity {
+	__u64 sum_exec_runtime;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int wake_cpu;
 	pid_t pid;
 	pid_t tgid;
+	struct sched_entity se;
 } __attribute__((preserve_access_index));
 
 struct {
@@ -116,6 +124,7 @@ struct vassal_event {
 	__u32 kind;
 	__u32 state; // prev_state at a block (TASK_DEAD 0x80: it exited); the CPU at WAKE; the creator's tid at NEW
 	__u64 time; // CLOCK_MONOTONIC ns (bpf_ktime_get_ns)
+	__u64 runtime; // its CPU time so far, ns (se.sum_exec_runtime)
 };
 
 static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind, __u32 state, __u64 flags)
@@ -126,6 +135,7 @@ static __attribute__((always_inline)) int emit(struct task_struct *p, __u32 kind
 	e.kind = kind;
 	e.state = state;
 	e.time = bpf_ktime_get_ns();
+	e.runtime = p->se.sum_exec_runtime;
 	bpf_ringbuf_output(&events, &e, sizeof(e), flags);
 	return 0;
 }

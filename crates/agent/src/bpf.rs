@@ -59,10 +59,14 @@ pub struct Event {
     pub cpu: Option<u16>,
     /// When, CLOCK_MONOTONIC ns (`bpf_ktime_get_ns`).
     pub time: u64,
+    /// The thread's CPU time so far, ns (`se.sum_exec_runtime`, the first field of
+    /// /proc/TID/schedstat): exact at a [`Kind::Block`], whose switch-out brought it up
+    /// to date; at a wake, what it was at the block before.
+    pub runtime: u64,
 }
 
 /// The size of `struct vassal_event`.
-pub const EVENT_SIZE: usize = 24;
+pub const EVENT_SIZE: usize = 32;
 /// TASK_DEAD in a task's state (include/linux/sched.h).
 const TASK_DEAD: u32 = 0x80;
 
@@ -95,7 +99,8 @@ impl Event {
         };
         let creator = if kind == Kind::New { u32_at(12) as i32 } else { 0 };
         let cpu = if kind == Kind::Wake { u16::try_from(u32_at(12)).ok() } else { None };
-        Some(Event { tid, tgid, kind, state, creator, cpu, time: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")) })
+        let u64_at = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Some(Event { tid, tgid, kind, state, creator, cpu, time: u64_at(16), runtime: u64_at(24) })
     }
 
     /// The thread exited (its block was its last switch-out).
@@ -122,6 +127,7 @@ impl Event {
         };
         b[12..16].copy_from_slice(&fourth.to_ne_bytes());
         b[16..24].copy_from_slice(&self.time.to_ne_bytes());
+        b[24..32].copy_from_slice(&self.runtime.to_ne_bytes());
         b
     }
 }
@@ -283,14 +289,14 @@ mod tests {
             (Kind::Wake, MISSED_WAKE, 0, Some(1)),
             (Kind::New, 0, 1201, None),
         ] {
-            let e = Event { tid: 1234, tgid: 1200, kind, state, creator, cpu, time: 987_654_321_012 };
+            let e = Event { tid: 1234, tgid: 1200, kind, state, creator, cpu, time: 987_654_321_012, runtime: 4_321_000 };
             assert_eq!(Event::decode(&e.encode()), Some(e));
         }
-        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, creator: 0, cpu: None, time: 1 };
+        let dead = Event { tid: 7, tgid: 7, kind: Kind::Block, state: TASK_DEAD, creator: 0, cpu: None, time: 1, runtime: 0 };
         assert!(dead.exited());
         assert!(!Event { state: 1, ..dead }.exited());
         // A wake's state field is ignored; a new thread's is its creator, never an exit.
-        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(0), time: 1 }.encode();
+        let mut b = Event { tid: 7, tgid: 7, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(0), time: 1, runtime: 0 }.encode();
         b[12] = 0x80;
         assert_eq!(Event::decode(&b).map(|e| (e.exited(), e.cpu)), Some((false, Some(0x80))));
         b[8..12].copy_from_slice(&3u32.to_ne_bytes());
@@ -417,8 +423,9 @@ mod tests {
 
     /// Quiet blocks and wakes: a watched thread marked `QUIET_WAKE | QUIET_BLOCK` sleeps
     /// and wakes three times while the reader waits in poll(2) on the empty ring buffer,
-    /// which is not woken (the events are there when it drains); with `waiting` set, its
-    /// next block wakes the reader at once; its exit always does. (Each round is started
+    /// which is not woken (the events are there when it drains, and the last block's CPU
+    /// time is schedstat's while the thread stays blocked); with `waiting` set, its next
+    /// block wakes the reader at once; its exit always does. (Each round is started
     /// from another thread 20 ms after the reader began to wait: poll(2) also returns at
     /// once if records are waiting when it is called, whatever their flags.)
     #[cfg(vassal_bpf)]
@@ -477,6 +484,11 @@ mod tests {
         let blocks = evs.iter().filter(|e| e.tid == tid && e.kind == Kind::Block).count();
         let wakes = evs.iter().filter(|e| e.tid == tid && e.kind == Kind::Wake).count();
         assert!(blocks >= 3 && wakes >= 3, "the quiet events are in the ring buffer: {evs:?}");
+        // Blocked since its last block (in recv): the event's CPU time is schedstat's.
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+        let last = evs.iter().rev().find(|e| e.tid == tid && e.kind == Kind::Block).unwrap();
+        assert_eq!(stat.split_whitespace().next().and_then(|f| f.parse().ok()), Some(last.runtime), "{stat}");
+        assert!(evs.windows(2).all(|w| w[0].runtime <= w[1].runtime), "{evs:?}");
         // A thread waits for a CPU: blocks are loud again (the wakes stay quiet).
         assert!(src.set_waiting(true));
         let waited = round(&src, Some(go_tx.clone()), 1, 1000);
@@ -582,8 +594,8 @@ mod tests {
 
     #[test]
     fn refuses_malformed_records() {
-        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(1), time: 9 }.encode();
-        assert!(Event::decode(&good[..23]).is_none());
+        let good = Event { tid: 5, tgid: 5, kind: Kind::Wake, state: 0, creator: 0, cpu: Some(1), time: 9, runtime: 0 }.encode();
+        assert!(Event::decode(&good[..EVENT_SIZE - 1]).is_none());
         assert!(Event::decode(&[good.as_slice(), &[0]].concat()).is_none());
         assert!(Event::decode(&[]).is_none());
         for kind in [0u32, 5, u32::MAX] {

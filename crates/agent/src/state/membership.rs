@@ -177,6 +177,7 @@ impl Agent {
             bound: None,
             quiet: 0,
             blocked_seen: false,
+            blocked_cpu_ns: None,
             cpu_ns,
             read_at: now,
             unaccounted: 0,

@@ -131,6 +131,9 @@ struct Managed {
     /// A block of it was among the BPF events since the last pass (a quiet block and a
     /// wake before the pass are a block and a wake to replay, not nothing).
     blocked_seen: bool,
+    /// Its CPU time as its last BPF event told it, if that event was a block: exact
+    /// while it stays blocked, so the pass that takes the event reads no schedstat.
+    blocked_cpu_ns: Option<u64>,
     /// Its CPU time (schedstat) when last read, and when.
     cpu_ns: u64,
     read_at: Ns,

@@ -316,6 +316,7 @@ impl Agent {
             }
             m.run = woke;
             m.blocked_seen |= !woke;
+            m.blocked_cpu_ns = (!woke).then_some(e.runtime);
             if woke && m.woke_at.is_none() {
                 m.woke_at = Some(e.time);
             }
@@ -437,7 +438,14 @@ impl Agent {
         // stopped): it stays as it was when the process was stopped.
         let runnable =
             if m.watched || stopped { Ok(m.run || m.applied == KState::Held) } else { m.stat.runnable().inspect(|&r| m.run = r) };
-        let (Ok(runnable), Ok(cpu_now)) = (runnable, m.runtime.read()) else {
+        // Its CPU time: as its block's event told it while it stays blocked (the
+        // programs read it at the switch-out), else from schedstat.
+        let told = m.blocked_cpu_ns.take().filter(|_| m.watched && !m.run);
+        let cpu_now = match told {
+            Some(ns) => Ok(ns.max(m.cpu_ns)),
+            None => m.runtime.read(),
+        };
+        let (Ok(runnable), Ok(cpu_now)) = (runnable, cpu_now) else {
             return false;
         };
         let woke_at = m.woke_at.take();
