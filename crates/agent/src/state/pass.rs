@@ -24,31 +24,30 @@
 //! wake-up after it happens; polling, up to one tick late while things change, up to
 //! `PARKED_EVERY` ticks after a quiet spell. An armed task waits for neither.
 //!
-//! **Quiet wakes and blocks** (BPF source). The kernel runs an armed thread the instant it wakes,
-//! so waking the dispatcher for that wake buys nothing when the policy will pick it
-//! anyway, and a 60 fps task's wakes were a third of all passes. An armed thread of the
-//! default scheduler (a warped BVT task; not one exclusive to a loaded scheduler, whose
-//! wake outside its slots must be held at once) therefore is marked in the BPF map
+//! **Quiet wakes and blocks** (BPF source). The kernel runs an armed thread the instant
+//! it wakes, so waking the dispatcher for that wake buys nothing when the policy will
+//! pick it anyway, and a 60 fps task's wakes were a third of all passes. An armed thread
+//! of the default scheduler (a warped BVT task; not one exclusive to a loaded scheduler,
+//! whose wake outside its slots must be held at once) therefore is marked in the BPF map
 //! (the BPF map `quiet`): their wakes wait in the ring buffer for the next pass, while
 //! blocks still wake the dispatcher. So is a thread sleeping in the fair class without a
 //! warp (`best_effort_sleep = "fair"`, enforcement.rs): the kernel runs it at its wake as
-//! it would without the agent, and a dispatcher woken for that wake, at SCHED_FIFO,
-//! would preempt the very thread it woke for (rt-app's video threads, issue 17). A pass
-//! that finds such a process woken and blocked again replays its run to the policy in
-//! order (`replay_run`): wake, the decisions that follow, the CPU it used, block.
-//! Such a fair-class thread's blocks are quiet too (`QUIET_BLOCK`), and so are those of
-//! a best-effort selection running unbound where the kernel woke it, while no thread
-//! waits for a CPU — no runnable thread is parked or held (`Agent::tell_waiting`, the
-//! BPF map `waiting`): the CPU a block frees is then wanted by nobody the policy must
-//! place, and the dispatcher's pass at each block of rt-app's video threads, at
-//! SCHED_FIFO, delayed the workload's other threads (issue 17). A pass that finds a
-//! thread it had running blocked tells the block; blocked and woken again, it replays
-//! both in order (`replay_sleep`). A
-//! process that wakes and does not block again is bounded by a POSIX timer on its CPU
-//! clock (`kernel::CpuTimer`), set at each pass to one tick of CPU past what it has used:
-//! the kernel checks it at its own tick, so a quiet task runs unseen for at most one
-//! agent tick of CPU plus one kernel tick (4 ms at HZ = 250) — a runaway warped task is
-//! then dispatched, and its warp limit applies, from there.
+//! it would without the agent, and a dispatcher woken for that wake, at SCHED_FIFO, would
+//! preempt the very thread it woke for (rt-app's video threads, issue 17). A pass that
+//! finds such a process woken and blocked again replays its run to the policy in order
+//! (`replay_run`): wake, the decisions that follow, the CPU it used, block. Such a
+//! fair-class thread's blocks are quiet too (`QUIET_BLOCK`), and so are those of a
+//! best-effort selection running unbound where the kernel woke it, while no thread waits
+//! for a CPU — no runnable thread is parked or held (`Agent::tell_waiting`, the BPF map
+//! `waiting`): the CPU a block frees is then wanted by nobody the policy must place, and
+//! the dispatcher's pass at each block of rt-app's video threads, at SCHED_FIFO, delayed
+//! the workload's other threads (issue 17). A pass that finds a thread it had running
+//! blocked tells the block; blocked and woken again, it replays both in order
+//! (`replay_sleep`). A process that wakes and does not block again is bounded by a POSIX
+//! timer on its CPU clock (`kernel::CpuTimer`), set at each pass to one tick of CPU past
+//! what it has used: the kernel checks it at its own tick, so a quiet task runs unseen
+//! for at most one agent tick of CPU plus one kernel tick (4 ms at HZ = 250) — a runaway
+//! warped task is then dispatched, and its warp limit applies, from there.
 //!
 //! **What a pass visits** (issue 17, "many tasks"). With BPF events a pass reads only
 //! the threads events named, the selected ones (their CPU use), those whose kernel state
@@ -331,15 +330,14 @@ impl Agent {
         }
     }
 
-    /// The audit (BPF events): up to `AUDIT_READS` watched threads the agent believes
-    /// blocked — not armed nor asleep in the fair class (the kernel runs such a thread at
-    /// its wake, and its switch-in then tells a missed wake at once) and not in a process
-    /// the agent stopped — are
-    /// read from /proc, round robin; one found runnable had its wake missed by every
-    /// program (crate::bpf: on this VM a hard-interrupt wake while a thread of PID 1 is
-    /// current goes untraced now and then, its switch-in too, in ftrace as well), and is
-    /// told as woken now (true: one was). Without it such a thread, parked (SCHED_IDLE) on
-    /// a busy CPU, was seen only when the kernel next gave it a slice: up to seconds.
+    /// The audit (BPF events): up to `AUDIT_READS` watched threads the agent believes blocked
+    /// — not armed nor asleep in the fair class (the kernel runs such a thread at its wake,
+    /// and its switch-in then tells a missed wake at once) and not in a process the agent
+    /// stopped — are read from /proc, round robin; one found runnable had its wake missed by
+    /// every program (crate::bpf: on this VM a hard-interrupt wake while a thread of PID 1 is
+    /// current goes untraced now and then, its switch-in too, in ftrace as well), and is told
+    /// as woken now (true: one was). Without it such a thread, parked (SCHED_IDLE) on a busy
+    /// CPU, was seen only when the kernel next gave it a slice: up to seconds.
     fn audit(&mut self, now: Ns) -> bool {
         let from = self.audit_from;
         let candidates = self.tasks.range(from..).chain(self.tasks.range(..from)).filter(|(_, m)| self.audited(m));
