@@ -41,7 +41,7 @@
 use std::cmp::Reverse;
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
     TaskState, Wake,
 };
 
@@ -301,10 +301,20 @@ impl FixedPriority {
     fn preempt_check(&mut self, ctx: &mut Ctx, task: TaskId, except: Option<CpuId>, kick_idle: bool) {
         let Some(r) = self.node(task).map(|n| n.rank) else { return };
         let aff = ctx.affinity(task);
-        if self.asked.served((r, self.n(task.0).release, task.0), aff, except, |n| self.queued_before(task, n)) {
-            return;
+        // The CPU first, then whether an asked one serves the task anyway: both only read,
+        // and most checks find no CPU, so the count of tasks queued ahead is mostly skipped.
+        let Some(c) = self.cpu_to_ask(ctx, r, aff, except, kick_idle) else { return };
+        if !self.asked.served((r, self.n(task.0).release, task.0), aff, except, |n| self.queued_before(task, n)) {
+            self.asked.ask(ctx, c);
         }
-        // The least important running task: by rank, then (release, task id).
+    }
+
+    /// The CPU a ready task of rank `r` would ask to decide: the first idle one it may use
+    /// (only with `kick_idle`: an idle CPU it may use means no preemption either), or else
+    /// the one running the least important task of this scheduler, by rank, then
+    /// (release, task id), if that rank is below `r`. CPUs asked already and `except` are
+    /// passed over.
+    fn cpu_to_ask(&self, ctx: &Ctx, r: Rank, aff: CpuSet, except: Option<CpuId>, kick_idle: bool) -> Option<CpuId> {
         let mut victim: Option<(CpuId, (Rank, Ns, u32))> = None;
         for c in ctx.cpus() {
             if Some(c) == except || !aff.contains(c) {
@@ -320,19 +330,12 @@ impl FixedPriority {
                         victim = Some((c, rt));
                     }
                 }
-                None if ctx.running_on(c).is_none() => {
-                    if kick_idle {
-                        self.asked.ask(ctx, c);
-                    }
-                    return;
-                }
+                None if ctx.running_on(c).is_none() => return kick_idle.then_some(c),
                 // Another scheduler's task: not this policy's to preempt.
                 None => {}
             }
         }
-        if let Some((c, _)) = victim {
-            self.asked.ask(ctx, c);
-        }
+        victim.map(|(c, _)| c)
     }
 
     /// Gives unqueued `i` a new rank (and moves it to that rank's level).
