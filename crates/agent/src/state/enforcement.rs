@@ -38,8 +38,8 @@
 //!   quiet (as an armed thread's: the policy hears of the run at the next pass, bounded
 //!   by its process's CPU-clock timer; pass.rs, "Quiet wakes and blocks"), so the
 //!   dispatcher does not preempt the very thread that woke, and so are its blocks (and
-//!   those of its unbound selection) while no runnable thread waits parked or held. Parked, it runs at once only on a CPU that
-//!   has nothing else to run, and the pass its wake brings selects it there (the BPF
+//!   those of its unbound selection) while no runnable thread waits parked or held.
+//!   Parked, it runs at once only on a CPU that has nothing else to run, and the pass its wake brings selects it there (the BPF
 //!   event names the CPU: `Wake::cpu`) or elsewhere. Issue 17: rt-app's threads, bound
 //!   where they last ran, waited for a pass whenever that CPU was busy, and parked, for
 //!   the pass each wake brought (`real.rtapp_video`, docs/agent.md);
@@ -385,12 +385,6 @@ impl Agent {
             _ => KState::Parked,
         };
         m.want = want;
-        if matches!(want, KState::Parked | KState::Held) && self.drv.disp.state(task) == TaskState::Runnable {
-            self.waiting.insert(id);
-        } else {
-            self.waiting.remove(&id);
-        }
-        let m = self.tasks.get_mut(&id).expect("checked");
         m.rt = rt;
         m.rt_left = if rt.is_some() { left } else { Ns::MAX };
         if rt.is_some() {
@@ -490,6 +484,12 @@ impl Agent {
             self.unsettled.remove(&id);
         } else {
             self.unsettled.insert(id);
+        }
+        // Runnable and kept off the CPUs: a block's CPU may be its (`tell_waiting`).
+        if matches!(want, KState::Parked | KState::Held) && self.drv.disp.state(task) == TaskState::Runnable {
+            self.waiting.insert(id);
+        } else {
+            self.waiting.remove(&id);
         }
         // Visited at every `enforce` while its state depends on time.
         if rt.is_some() || matches!(want, KState::Armed { .. } | KState::Held) || held_back || owned || self.unloaded.contains_key(&id) {

@@ -47,6 +47,9 @@ use super::{Agent, Group, KState, Managed, Source};
 use crate::kernel::{self, CpuClock, RunTime, StatFile, RESET_ON_FORK};
 use crate::wire::Answer;
 
+/// A process's recorded parameters and its threads' own (`Agent::saved_params`).
+type SavedParams = (BTreeMap<String, i64>, Vec<(u32, BTreeMap<String, i64>)>);
+
 /// Thread `rank` (0-based, in tid order) of `k` runnable threads sharing weight `w`: w/k,
 /// and one more for the first w mod k (so they add up to w), at least 1.
 pub fn divided_weight(w: i64, k: usize, rank: usize) -> i64 {
@@ -391,8 +394,7 @@ impl Agent {
             }
         };
         // What the parameters were, to put back if one is refused.
-        let group_params = self.groups.get(&pid).map(|g| g.params.clone()).unwrap_or_default();
-        let own: Vec<(u32, BTreeMap<String, i64>)> = ids.iter().filter_map(|&id| Some((id, self.tasks.get(&id)?.own.clone()))).collect();
+        let saved = self.saved_params(pid, &ids);
         let target = sched.unwrap_or(self.drv.disp.default_sched());
         let mut moved: Vec<(u32, SchedId)> = Vec::new();
         for &id in &ids {
@@ -424,14 +426,7 @@ impl Agent {
         // back where they were, with them.
         for (k, v) in params {
             if let Err(why) = self.set_param(now, pid, tid, uid, k, *v) {
-                if let Some(g) = self.groups.get_mut(&pid) {
-                    g.params = group_params;
-                }
-                for (id, o) in own {
-                    if let Some(m) = self.tasks.get_mut(&id) {
-                        m.own = o;
-                    }
-                }
+                self.restore_params(pid, saved);
                 for &(id, was) in &moved {
                     let t = TaskId(id);
                     if self.drv.disp.owner(t) != Some(was) {
@@ -625,24 +620,37 @@ impl Agent {
     /// threads whose schedulers took it are given theirs again.
     fn set_param(&mut self, now: Ns, pid: i32, tid: Option<i32>, uid: u32, name: &str, value: i64) -> Result<(), String> {
         let ids = self.targets(pid, tid)?;
-        let group_params = self.groups.get(&pid).map(|g| g.params.clone()).unwrap_or_default();
-        let own: Vec<(u32, BTreeMap<String, i64>)> =
-            ids.iter().filter_map(|&id| self.tasks.get(&id).map(|m| (id, m.own.clone()))).collect();
+        let saved = self.saved_params(pid, &ids);
         let result = self.give_param(now, pid, tid, uid, name, value);
         if result.is_err() {
-            if let Some(g) = self.groups.get_mut(&pid) {
-                g.params = group_params;
-            }
-            for (id, o) in own {
-                if let Some(m) = self.tasks.get_mut(&id) {
-                    m.own = o;
-                }
+            self.restore_params(pid, saved);
+            for id in ids {
                 self.resend_params(now, id);
                 self.touch(id);
             }
             self.rebalance(now, pid);
         }
         result
+    }
+
+    /// Process `pid`'s recorded parameters and those of its threads `ids`, to put back
+    /// with `restore_params` when a later one is refused.
+    fn saved_params(&self, pid: i32, ids: &[u32]) -> SavedParams {
+        let group = self.groups.get(&pid).map(|g| g.params.clone()).unwrap_or_default();
+        (group, ids.iter().filter_map(|&id| Some((id, self.tasks.get(&id)?.own.clone()))).collect())
+    }
+
+    /// Puts back what `saved_params` saved (the record only: the callers give the
+    /// threads' schedulers their parameters again).
+    fn restore_params(&mut self, pid: i32, (group, own): SavedParams) {
+        if let Some(g) = self.groups.get_mut(&pid) {
+            g.params = group;
+        }
+        for (id, o) in own {
+            if let Some(m) = self.tasks.get_mut(&id) {
+                m.own = o;
+            }
+        }
     }
 
     /// `set_param`'s work, recorded as it goes: the first refusal is the answer.

@@ -536,26 +536,38 @@ impl Agent {
         if let (true, true, true, Some(woke)) = (runnable, st.is_runnable(), blocked_seen, woke_at) {
             self.replay_sleep(now, task, woke_on.filter(|&c| c < self.ncpus).map(CpuId), woke);
         } else if runnable && st == TaskState::Blocked {
-            self.weight_at_wake(now, id);
-            self.drv.disp.wake(now, task, Wake { voluntary: true, cpu: ran_on, ..Wake::default() });
-            if let Some(m) = self.tasks.get_mut(&id) {
-                m.runnable_since = Some(woke_at.map_or(now, |w| w.min(now)));
-            }
+            self.tell_wake(now, task, ran_on, woke_at.unwrap_or(now));
             self.rebalance(now, pid);
         } else if !runnable && st.is_runnable() {
-            if let Some(cpu) = self.drv.disp.block(now, task, Block { voluntary: true }) {
-                self.request_resched(cpu);
-            }
-            if let Some(m) = self.tasks.get_mut(&id) {
-                m.runnable_since = None;
-                // A voluntary block ends a warp episode (BVT §2.2).
-                m.episode_rt = 0;
-            }
+            self.tell_block(now, task);
             self.rebalance(now, pid);
         } else if let (Some(cpu), Some(_), false) = (ran_on.filter(|_| quiet), woke_at, runnable) {
             self.replay_run(now, task, cpu);
         }
         true
+    }
+
+    /// Tells the dispatcher `task` woke (on `cpu`, if known), runnable since `since` (its
+    /// wake's BPF time; the wait until its dispatch is its latency sample), with the
+    /// weight it has as a runnable thread of its process.
+    fn tell_wake(&mut self, now: Ns, task: TaskId, cpu: Option<CpuId>, since: Ns) {
+        self.weight_at_wake(now, task.0);
+        self.drv.disp.wake(now, task, Wake { voluntary: true, cpu, ..Wake::default() });
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            m.runnable_since = Some(since.min(now));
+        }
+    }
+
+    /// Tells the dispatcher `task` blocked: its CPU needs a decision, and a voluntary
+    /// block ends its warp episode (BVT §2.2).
+    fn tell_block(&mut self, now: Ns, task: TaskId) {
+        if let Some(cpu) = self.drv.disp.block(now, task, Block { voluntary: true }) {
+            self.request_resched(cpu);
+        }
+        if let Some(m) = self.tasks.get_mut(&task.0) {
+            m.runnable_since = None;
+            m.episode_rt = 0;
+        }
     }
 
     /// A quiet thread woke and blocked again since the last pass (a quiet wake, or a run
@@ -580,12 +592,7 @@ impl Agent {
                 self.drv.disp.account(now, task, c, ran);
             }
         }
-        if let Some(c) = self.drv.disp.block(now, task, Block { voluntary: true }) {
-            self.request_resched(c);
-        }
-        if let Some(m) = self.tasks.get_mut(&task.0) {
-            m.episode_rt = 0;
-        }
+        self.tell_block(now, task);
         if let Some(tr) = self.trace.as_mut() {
             use std::io::Write;
             let _ = writeln!(tr, "{} {task} replayed a run on {cpu}", now / 1000);
@@ -601,21 +608,14 @@ impl Agent {
         self.changes += 1;
         self.replayed_sleeps += 1;
         self.touch(task.0);
-        if let Some(c) = self.drv.disp.block(now, task, Block { voluntary: true }) {
-            self.request_resched(c);
-        }
-        let Some(m) = self.tasks.get_mut(&task.0) else { return };
-        m.episode_rt = 0;
+        self.tell_block(now, task);
+        let Some(m) = self.tasks.get(&task.0) else { return };
         let (pid, tid) = (m.pid, m.tid as u32);
         if let Some(t) = self.chrome.as_mut() {
             t.runnable(now, tid, false);
         }
         driver::settle(self, now);
-        self.weight_at_wake(now, task.0);
-        self.drv.disp.wake(now, task, Wake { voluntary: true, cpu, ..Wake::default() });
-        if let Some(m) = self.tasks.get_mut(&task.0) {
-            m.runnable_since = Some(woke.min(now));
-        }
+        self.tell_wake(now, task, cpu, woke);
         if let Some(t) = self.chrome.as_mut() {
             t.runnable(now, tid, true);
         }
