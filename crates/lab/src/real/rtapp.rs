@@ -2,9 +2,22 @@
 //! /usr/share/doc/rt-app/examples/video-short.json: 17 threads of a video player woken by
 //! two timers, 60 and 30 Hz, and by each other) run by rt-app itself, under the kernel's
 //! default and under `vassal run` (every thread a task of the agent's default BVT),
-//! alternately, five times 10 s each. rt-app logs each timer-driven thread's wake-up latency
+//! alternately, ten times 10 s each. rt-app logs each timer-driven thread's wake-up latency
 //! (`wu_lat`: from its timer's expiry to its run); target: no thread's p99 worse than
-//! under the kernel's default in the same run (with 10% + 50 µs for this VM's noise).
+//! under the kernel's default in the same run, by more than 10% + 50 µs — and "worse"
+//! means worse beyond what the rounds' own spread explains (`worse_by_at_least`).
+//!
+//! Why the spread matters: the p99 of the 30 Hz thread is made of the periods where both
+//! timers fire on one CPU and it waits ~200 µs behind the 60 Hz one, and how often that
+//! happens is settled per round (where the kernel left the two threads). Measured on
+//! 2026-11-29, 30 rounds per mode: one round's p99 of the 30 Hz thread ranged 179–481 µs
+//! under the kernel alone (184–690 under the agent); pooled, kernel 352–380 µs against
+//! the agent's 319–362. Comparing one set of kernel rounds with another set of kernel
+//! rounds by the plain rule (pooled p99 ≤ the other's + 10% + 50 µs) failed 17% of
+//! random 5-against-5 splits (all threads pooled) and 15% of 10-against-10 ones: the
+//! plain rule failed the kernel against itself. With the bootstrap over rounds below, 0%
+//! of 10-against-10 kernel splits fail, while an agent that added 400 µs to 2% of wakes
+//! fails in 93–100% of trials (the starting point was a p99 of 0.86–2.9 ms).
 //!
 //! The Debian file does not parse as it is with rt-app 1.0 and json-c 0.16 (bare
 //! `"suspend",` keys without a value): each becomes `"suspend" : "<its thread>"` (what
@@ -12,24 +25,27 @@
 //! The first run calibrates rt-app's loop (`pLoad`); every measured run then uses that
 //! calibration, so each does the same work. Skipped, saying why, without rt-app.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use vassal_agent::workers::quantile;
 
 use super::{at_most, baseline, AgentProcess, RealRow};
 
 const EXAMPLE: &str = "/usr/share/doc/rt-app/examples/video-short.json";
 /// Each measured run's duration (s), and how many times the kernel and the agent take
-/// turns: 5 × 10 s each, ~3,000 wake-ups of its 60 Hz thread and ~1,500 of its 30 Hz one
-/// per mode, so a p99 is not one host stall. (With three rounds the kernel's own 30 Hz
-/// p99 ranged 183–389 µs over five runs of the row in one hour: its tail is made of the
-/// periods where both timers fire on one CPU and the 30 Hz thread waits ~200 µs behind
-/// the 60 Hz one, and 900 samples held a handful of them or a dozen.)
+/// turns: 10 × 10 s each, ~6,000 wake-ups of its 60 Hz thread and ~3,000 of its 30 Hz one
+/// per mode, so a p99 is not one host stall (see the header for the spread of a round).
 const RUN_S: u64 = 10;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 10;
+/// Bootstrap resamples of the rounds, and the one-sided level: the agent is worse only
+/// if the 5th percentile of (agent's p99 − kernel's p99) over resampled rounds is.
+const RESAMPLES: usize = 1000;
+const LOWER: f64 = 0.05;
 
 /// The example made parseable: bare `"suspend"` keys given their thread's name.
 fn fix_suspends(text: &str) -> String {
@@ -103,8 +119,8 @@ fn run_rtapp(exe: &Path, dir: &Path, json: &Path, sock: Option<&str>, limit_s: u
 
 /// Each timer-driven thread's wake-up latencies (µs), from rt-app's logs in `dir`
 /// (`<basename>-<thread>-<idx>.log`: the rows whose timer period, `c_period`, is set).
-fn wake_latencies(dir: &Path) -> io::Result<BTreeMap<String, Vec<u64>>> {
-    let mut by: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+fn wake_latencies(dir: &Path) -> io::Result<Latencies> {
+    let mut by = Latencies::new();
     for e in std::fs::read_dir(dir)? {
         let p: PathBuf = e?.path();
         let Some(name) = p.file_name().and_then(|n| n.to_str()).filter(|n| n.ends_with(".log")) else {
@@ -125,6 +141,51 @@ fn wake_latencies(dir: &Path) -> io::Result<BTreeMap<String, Vec<u64>>> {
         }
     }
     Ok(by)
+}
+
+/// One round's wake-up latencies (µs), by thread.
+type Latencies = BTreeMap<String, Vec<u64>>;
+
+/// The `q` quantile of the wake-up latencies of `thread` (every thread: `None`) over
+/// `rounds` pooled.
+fn pooled(rounds: &[Latencies], thread: Option<&str>, q: f64) -> f64 {
+    pooled_of(rounds.iter(), thread, q)
+}
+
+fn pooled_of<'a>(rounds: impl Iterator<Item = &'a Latencies>, thread: Option<&str>, q: f64) -> f64 {
+    let mut v: Vec<u64> = rounds
+        .flat_map(|r| r.iter().filter(|(t, _)| thread.is_none_or(|w| w == t.as_str())).flat_map(|(_, v)| v.iter().copied()))
+        .collect();
+    quantile(&mut v, q) as f64
+}
+
+/// The one-sided lower bound (level [`LOWER`]) of (agent's pooled p99 − kernel's) when
+/// the rounds of each mode are resampled with replacement: how much worse the agent is
+/// at least, given how much a p99 moves with which rounds it is made of. Deterministic
+/// (a fixed seed), so a run's verdict follows from its data.
+fn worse_by_at_least(kernel: &[Latencies], agent: &[Latencies], thread: Option<&str>) -> f64 {
+    if kernel.is_empty() || agent.is_empty() {
+        return f64::NAN;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(0x0072_7461_7070);
+    let resample = |rounds: &[Latencies], rng: &mut ChaCha8Rng| {
+        let picks: Vec<&Latencies> = (0..rounds.len()).map(|_| &rounds[rng.gen_range(0..rounds.len())]).collect();
+        pooled_of(picks.into_iter(), thread, 0.99)
+    };
+    let mut d: Vec<f64> = (0..RESAMPLES).map(|_| resample(agent, &mut rng) - resample(kernel, &mut rng)).collect();
+    d.sort_by(f64::total_cmp);
+    d[((RESAMPLES - 1) as f64 * LOWER).round() as usize]
+}
+
+/// The row: the agent's pooled p99 against the kernel's, failing only if the agent is
+/// worse by more than 10% + 50 µs even at the bootstrap's lower bound. The tolerance
+/// shown is that margin plus the rounds' allowance (the point difference less its lower
+/// bound), so `ours ≤ paper + tolerance` is the verdict.
+fn no_worse(id: &str, kernel: &[Latencies], agent: &[Latencies], thread: Option<&str>, why: &str) -> RealRow {
+    let (k99, a99) = (pooled(kernel, thread, 0.99), pooled(agent, thread, 0.99));
+    let margin = 0.1 * k99 + 50.0;
+    let allowance = (a99 - k99 - worse_by_at_least(kernel, agent, thread)).max(0.0);
+    at_most(id, k99, margin + allowance, a99, why)
 }
 
 pub(super) fn rtapp_video(exe: &Path) -> io::Result<Vec<RealRow>> {
@@ -149,47 +210,47 @@ pub(super) fn rtapp_video(exe: &Path) -> io::Result<Vec<RealRow>> {
         .find_map(|l| l.split("pLoad = ").nth(1).and_then(|r| r.split("ns").next()).and_then(|n| n.trim().parse::<u64>().ok()))
         .ok_or_else(|| io::Error::other(format!("rt-app printed no pLoad: {out}")))?;
     std::fs::write(&json, set_global(&set_global(&fixed, "calibration", ns), "duration", RUN_S))?;
-    let agent = AgentProcess::start(exe, "", 120)?;
-    let mut lat: [BTreeMap<String, Vec<u64>>; 2] = [BTreeMap::new(), BTreeMap::new()];
+    // The agent's hard limit: every round of both modes (each run is killed after 60 s).
+    let agent = AgentProcess::start(exe, "", (ROUNDS as u64 * 2 * (RUN_S + 5) + 60) as u32)?;
+    // rounds[mode][round]: each thread's wake-up latencies in that round (0 kernel, 1 agent).
+    let mut rounds: [Vec<Latencies>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..ROUNDS {
         for (k, sock) in [None, Some(agent.sock.as_str())].into_iter().enumerate() {
             run_rtapp(exe, &dir, &json, sock, 60)?;
-            for (t, v) in wake_latencies(&dir)? {
-                lat[k].entry(t).or_default().extend(v);
-            }
+            rounds[k].push(wake_latencies(&dir)?);
         }
     }
     let managed_threads = agent.client().ok().and_then(|mut c| c.status().ok()).map(|s| s.managed_threads);
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
     let mut rows = vec![baseline("real.rtapp_video.calibration_ns", ns as f64, "rt-app's loop calibration (pLoad), used by every run")];
-    let [mut kernel, mut agent] = lat;
-    let mut all = [Vec::new(), Vec::new()];
-    for (t, kv) in kernel.iter_mut() {
-        let Some(av) = agent.get_mut(t) else { continue };
-        all[0].extend(kv.iter().copied());
-        all[1].extend(av.iter().copied());
-        let (k99, a99) = (quantile(kv, 0.99) as f64, quantile(av, 0.99) as f64);
+    let [kernel, agent] = &rounds;
+    let threads: BTreeSet<&String> = kernel.iter().flat_map(|r| r.keys()).filter(|t| agent.iter().any(|r| r.contains_key(*t))).collect();
+    for t in threads {
+        let only = Some(t.as_str());
         let id = |m: &str| format!("real.rtapp_video.{t}.{m}");
-        rows.push(baseline(&id("kernel_p50_us"), quantile(kv, 0.5) as f64, "kernel default: rt-app's wu_lat p50 (timer expiry to run)"));
-        rows.push(baseline(&id("kernel_p99_us"), k99, "kernel default: wu_lat p99"));
-        rows.push(baseline(&id("agent_p50_us"), quantile(av, 0.5) as f64, "under vassal run (every thread a task of BVT): wu_lat p50"));
-        rows.push(at_most(
+        rows.push(baseline(&id("kernel_p50_us"), pooled(kernel, only, 0.5), "kernel default: rt-app's wu_lat p50 (timer expiry to run)"));
+        rows.push(baseline(&id("kernel_p99_us"), pooled(kernel, only, 0.99), "kernel default: wu_lat p99"));
+        rows.push(baseline(&id("agent_p50_us"), pooled(agent, only, 0.5), "under vassal run (every thread a task of BVT): wu_lat p50"));
+        rows.push(no_worse(
             &id("agent_p99_us"),
-            k99,
-            0.1 * k99 + 50.0,
-            a99,
-            "target: p99 no worse than the kernel's in the same run (+10% + 50 us for this VM's noise)",
+            kernel,
+            agent,
+            only,
+            "target: p99 no worse than the kernel's in the same run (+10% + 50 us; beyond the rounds' spread: 95% one-sided bootstrap)",
         ));
     }
-    let (k99, a99) = (quantile(&mut all[0], 0.99) as f64, quantile(&mut all[1], 0.99) as f64);
-    rows.push(baseline("real.rtapp_video.all.kernel_p99_us", k99, "kernel default: wu_lat p99 over all its timer-driven threads"));
-    rows.push(at_most(
+    rows.push(baseline(
+        "real.rtapp_video.all.kernel_p99_us",
+        pooled(kernel, None, 0.99),
+        "kernel default: wu_lat p99 over all its timer-driven threads",
+    ));
+    rows.push(no_worse(
         "real.rtapp_video.all.agent_p99_us",
-        k99,
-        0.1 * k99 + 50.0,
-        a99,
-        "target: p99 over all its threads no worse than the kernel's",
+        kernel,
+        agent,
+        None,
+        "target: p99 over all its threads no worse than the kernel's (as above)",
     ));
     if let Some(n) = managed_threads {
         rows.push(baseline(
@@ -214,5 +275,36 @@ mod tests {
         let g = set_global(&f, "calibration", 27);
         assert!(g.contains("\t\t\"calibration\" : 27\n"), "{g}");
         assert!(set_global("\t\t\"duration\" : 6,\n\t\t\"x\" : 1", "duration", 10).starts_with("\t\t\"duration\" : 10,\n"));
+    }
+
+    /// Rounds like the video's 30 Hz thread: 300 wakes each, most at 100–190 µs; in a
+    /// "coincident" round (`slow`) every tenth waits ~200 µs more.
+    fn rounds(slow: &[bool], extra: impl Fn(usize) -> u64) -> Vec<Latencies> {
+        slow.iter()
+            .map(|&s| {
+                let v = (0..300).map(|i| 100 + (i as u64 * 37) % 90 + if s && i % 10 == 0 { 200 } else { 0 } + extra(i)).collect();
+                BTreeMap::from([("waker".to_string(), v)])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_kernel_against_itself_passes_and_a_worse_tail_fails() {
+        let k = rounds(&[false, true, false, false, false, false, false, false, false, false], |_| 0);
+        // The same kind of rounds, more of them coincident: the plain rule fails it
+        // (pooled p99 350 µs against 189 + 69: three coincident rounds against one), the
+        // rounds' spread explains it.
+        let k2 = rounds(&[true, false, true, false, false, false, false, true, false, false], |_| 0);
+        let (p, q) = (pooled(&k, Some("waker"), 0.99), pooled(&k2, Some("waker"), 0.99));
+        assert!(q > p + 0.1 * p + 50.0, "plain rule would fail: {p} vs {q}");
+        let row = no_worse("x", &k, &k2, Some("waker"), "");
+        assert!(row.pass, "{row:?}");
+        assert!(no_worse("x", &k, &k, None, "").pass);
+        // Every round 400 µs late on 5% of wakes: worse, whatever the rounds.
+        let bad = rounds(&[false, true, false, false, true, false, false, false, false, false], |i| if i % 20 == 3 { 400 } else { 0 });
+        let row = no_worse("x", &k, &bad, Some("waker"), "");
+        assert!(!row.pass, "{row:?}");
+        let w = worse_by_at_least(&k, &bad, None);
+        assert!(w > 200.0, "{w}");
     }
 }
