@@ -114,6 +114,7 @@ fn machine() -> Machine {
         cpus: 2,
         clock: ClockMode::OneShot,
         hz: vassal_sim::scenario::DEFAULT_HZ,
+        tick: None,
         switch_cost: 0,
         migration_cost: 0,
         wake_latency: 0,

@@ -60,6 +60,10 @@ pub struct Machine {
     pub clock: ClockMode,
     /// Ticks per second; 0 = no ticks (only with one-shot timers).
     pub hz: u32,
+    /// The tick's period when it is not 1 s / `hz` (a clock whose "1 ms" is really
+    /// 1,003,200 ns, as NT's x86 HAL's: experiments/vassal/table2-mmtimer.toml); `None`:
+    /// 1 s / `hz`.
+    pub tick: Option<Ns>,
     pub switch_cost: Ns,
     pub migration_cost: Ns,
     /// How long after its time a task wakes from a timed wait of its own (any voluntary

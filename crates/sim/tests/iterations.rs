@@ -54,6 +54,39 @@ behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{
     assert!(it.sd_ns > 100_000, "{it:?}");
 }
 
+/// A tick given by its period, NT's x86 HAL's "1 ms" (1197 PIT counts, 1,003,200 ns):
+/// the 1 ms expiries fall behind the ticks by 3.2 µs a period, and once in ~312 periods
+/// one tick services two of them, so the wait after the first completes at once (the
+/// timer stays signalled): an interval of the loop's own 50 µs, and a long one after it.
+#[test]
+fn a_tick_slower_than_the_timer_period_gives_catch_up_wake_ups() {
+    let text = |tick: &str| {
+        format!(
+            r#"until = "2s"
+[machine]
+cpus = 1
+clock = "tick"
+{tick}
+[[task]]
+name = "t"
+behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{ timer = "1ms" }} ] }}
+"#
+        )
+    };
+    let r = run(&text("tick = \"1003200ns\""));
+    let it = task(&r, "t").iterations;
+    assert_eq!(it.min_ns, 50_000, "{it:?}");
+    assert_eq!(it.max_ns, 1_003_200, "{it:?}");
+    // Every expiry is waited for: the mean interval is the timer's period.
+    assert!(it.mean_ns.abs_diff(1_000_000) < 1_000, "{it:?}");
+    // With hz = 1000 (a tick of exactly 1 ms) no tick services two expiries.
+    let r = run(&text("hz = 1000"));
+    let it = task(&r, "t").iterations;
+    assert_eq!((it.min_ns, it.max_ns, it.sd_ns), (1_000_000, 1_000_000, 0), "{it:?}");
+    let sc = parse_scenario(&text("tick = \"1003200ns\""), "t.toml").unwrap();
+    assert_eq!((sc.machine.tick, sc.machine.hz), (Some(1_003_200), 997));
+}
+
 #[test]
 fn timed_set_loop_period_is_delay_plus_work() {
     let r = run(r#"until = "100ms"

@@ -34,7 +34,7 @@ use vassal_sim::{Report, Sim};
 const DEFAULT: &str = "default";
 
 fn machine(cpus: u16, clock: ClockMode, hz: u32, switch_cost: Ns, migration_cost: Ns) -> Machine {
-    Machine { cpus, clock, hz, switch_cost, migration_cost, wake_latency: 0, unscheduled: None, min_best_effort_ppm: None }
+    Machine { cpus, clock, hz, tick: None, switch_cost, migration_cost, wake_latency: 0, unscheduled: None, min_best_effort_ppm: None }
 }
 
 fn policy(kind: &str, params: &[(&str, ParamValue)]) -> PolicySpec {
@@ -437,6 +437,7 @@ fn build(raw: &RawScenario) -> Scenario {
             cpus,
             clock: if raw.tick { ClockMode::Tick } else { ClockMode::OneShot },
             hz: raw.hz,
+            tick: None,
             switch_cost: raw.switch_cost,
             migration_cost: raw.migration_cost,
             wake_latency: 0,

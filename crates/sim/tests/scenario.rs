@@ -425,6 +425,8 @@ fn machine_checks() {
     assert_err("until = \"1s\"\n[machine]\ncpus = 65\n", 3, "cpus must be between 1 and 64");
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nclock = \"tick\"\nhz = 0\n", 5, "needs hz greater than 0");
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nclock = \"tock\"\n", 4, "expected `oneshot` or `tick`");
+    assert_err("until = \"1s\"\n[machine]\ncpus = 2\nclock = \"tick\"\nhz = 1000\ntick = \"1ms\"\n", 5, "not both");
+    assert_err("until = \"1s\"\n[machine]\ncpus = 2\nclock = \"tick\"\ntick = \"0ms\"\n", 5, "tick must be a period greater than 0");
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nmin_best_effort = 1.5\n", 4, "between 0 and 1");
     assert_err("until = \"1s\"\n[machine]\ncpus = 2\nmin_best_effort = inf\n", 4, "not a finite number");
     assert_err(&with("[machine.unscheduled]\ninterval = \"0ms\"\nduration = \"1us\"\n"), 5, "mean greater than 0");

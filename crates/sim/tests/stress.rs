@@ -185,6 +185,7 @@ fn stress_scenario(until: Ns, seed: u64) -> Scenario {
             cpus: CPUS,
             clock: ClockMode::Tick,
             hz: 250,
+            tick: None,
             switch_cost: 3 * US,
             migration_cost: 15 * US,
             wake_latency: 0,

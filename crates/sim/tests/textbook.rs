@@ -92,6 +92,7 @@ fn scenario(set: &Set) -> Scenario {
         cpus: set.cpus,
         clock: ClockMode::OneShot,
         hz: 0,
+        tick: None,
         switch_cost: 0,
         migration_cost: 0,
         wake_latency: 0,

@@ -235,7 +235,11 @@ impl Sim {
                 io: None,
             });
         }
-        let tick = if sc.machine.hz > 0 { (SEC / sc.machine.hz as u64).max(1) } else { 0 };
+        let tick = match sc.machine.tick {
+            Some(t) => t,
+            None if sc.machine.hz > 0 => (SEC / sc.machine.hz as u64).max(1),
+            None => 0,
+        };
         let disk_index = disk::index(&sc);
         let metrics = Metrics::new(sc.machine.cpus, sc.tasks.iter().map(|t| t.name.clone()));
         let mut sim = Sim {

@@ -388,6 +388,7 @@ pub fn to_scenario_with_loops(app: &RtApp, name: &str, opts: &Options) -> Result
             cpus,
             clock: ClockMode::OneShot,
             hz: crate::scenario::DEFAULT_HZ,
+            tick: None,
             switch_cost: 0,
             migration_cost: 0,
             wake_latency: 0,

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use toml::Spanned;
 
-use vassal_core::{CpuId, CpuSet, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS};
+use vassal_core::{CpuId, CpuSet, Request, TaskParams, Usage, CPU_PPM, MAX_CPUS, SEC};
 use vassal_policies::ParamValue;
 
 use super::raw::{ParamMap, RawBehaviour, RawMachine, RawPhase, RawScenario, RawScheduler, RawUsage};
@@ -339,7 +339,7 @@ impl Builder<'_> {
             seek: mr.swap_seek.0,
             transfer_per_kb: mr.swap_transfer.0,
             swap_cpu: mr.swap_cpu.map_or(0, |d| d.0),
-            min_resident: mr.min_resident.map_or(2 * vassal_core::SEC, |d| d.0),
+            min_resident: mr.min_resident.map_or(2 * SEC, |d| d.0),
             swap_in,
             swap_out,
             scan_entry: mr.scan_entry.map_or(0, |d| d.0),
@@ -424,7 +424,21 @@ impl Builder<'_> {
         }
         let cpus = cpus as u16;
         let clock = raw.clock.map_or(ClockMode::OneShot, |c| c.0);
-        let hz = raw.hz.as_ref().map_or(DEFAULT_HZ, |h| *h.get_ref());
+        let tick = match (&raw.tick, &raw.hz) {
+            (None, _) => None,
+            (Some(t), Some(h)) => {
+                let (a, b) = (t.span(), h.span());
+                let span = a.start.min(b.start)..a.end.max(b.end);
+                return Err(self.err(span, "give the tick as hz (ticks per second) or as tick (its period), not both"));
+            }
+            (Some(t), None) if t.get_ref().0 == 0 => return Err(self.err(t.span(), "tick must be a period greater than 0")),
+            (Some(t), None) => Some(t.get_ref().0),
+        };
+        // A tick given by its period: hz is its rate, rounded (for whatever reads a rate).
+        let hz = match tick {
+            Some(t) => (SEC as f64 / t as f64).round().max(1.0) as u32,
+            None => raw.hz.as_ref().map_or(DEFAULT_HZ, |h| *h.get_ref()),
+        };
         if clock == ClockMode::Tick && hz == 0 {
             let span = raw.hz.as_ref().map_or(m.span(), |h| h.span());
             return Err(self.err(span, "clock = \"tick\" needs hz greater than 0 (ticks per second), e.g. hz = 250"));
@@ -464,6 +478,7 @@ impl Builder<'_> {
             cpus,
             clock,
             hz,
+            tick,
             switch_cost: raw.switch_cost.map_or(0, |d| d.0),
             migration_cost: raw.migration_cost.map_or(0, |d| d.0),
             wake_latency: raw.wake_latency.map_or(0, |d| d.0),

@@ -52,6 +52,7 @@ pub(super) struct RawMachine {
     pub(super) cpus: Spanned<i64>,
     pub(super) clock: Option<Clock>,
     pub(super) hz: Option<Spanned<u32>>,
+    pub(super) tick: Option<Spanned<Dur>>,
     pub(super) switch_cost: Option<Dur>,
     pub(super) migration_cost: Option<Dur>,
     pub(super) wake_latency: Option<Dur>,
