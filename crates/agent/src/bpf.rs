@@ -276,6 +276,19 @@ mod imp {
 
 pub use imp::EventSource;
 
+/// For the live-kernel tests: the event source, or `None` (the test says it is skipped)
+/// when this process may not load BPF programs.
+#[cfg(all(test, vassal_bpf))]
+impl EventSource {
+    pub(crate) fn loaded_for_test() -> Option<EventSource> {
+        if !crate::kernel::is_root() {
+            crate::skip::skip("loading BPF programs needs root");
+            return None;
+        }
+        Some(EventSource::load().expect("the BPF event source loads on this kernel"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,11 +322,7 @@ mod tests {
     #[test]
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn sees_a_watched_thread_block_wake_and_exit() {
-        if !crate::kernel::is_root() {
-            crate::skip::skip("loading BPF programs needs root");
-            return;
-        }
-        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let Some(mut src) = EventSource::loaded_for_test() else { return };
         let (tx, rx) = std::sync::mpsc::channel::<i32>();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let spawn = |tx: std::sync::mpsc::Sender<i32>, go: std::sync::mpsc::Receiver<()>| {
@@ -373,12 +382,8 @@ mod tests {
     #[test]
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn a_missed_wake_is_told_when_the_thread_runs() {
-        if !crate::kernel::is_root() {
-            crate::skip::skip("loading BPF programs needs root");
-            return;
-        }
         use std::sync::atomic::{AtomicBool, Ordering};
-        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let Some(mut src) = EventSource::loaded_for_test() else { return };
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel::<i32>();
         // Two threads spinning on CPU 0 (yielding to each other): the watched one is
@@ -432,13 +437,9 @@ mod tests {
     #[test]
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn quiet_blocks_wake_the_reader_only_while_a_thread_waits() {
-        if !crate::kernel::is_root() {
-            crate::skip::skip("loading BPF programs needs root");
-            return;
-        }
         use std::sync::mpsc::{channel, Sender};
         use std::time::{Duration, Instant};
-        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let Some(mut src) = EventSource::loaded_for_test() else { return };
         let (tid_tx, tid_rx) = channel::<i32>();
         let (go_tx, go_rx) = channel::<u32>();
         let worker = std::thread::spawn(move || {
@@ -519,11 +520,7 @@ mod tests {
     #[test]
     #[ignore = "needs root: scripts/test.sh runs it as root"]
     fn a_new_thread_is_told_with_its_creator() {
-        if !crate::kernel::is_root() {
-            crate::skip::skip("loading BPF programs needs root");
-            return;
-        }
-        let mut src = EventSource::load().expect("the BPF event source loads on this kernel");
+        let Some(mut src) = EventSource::loaded_for_test() else { return };
         let pid = std::process::id() as i32;
         // Watching the main thread makes every new thread of this process an event.
         assert!(src.watch(pid, pid));
