@@ -24,21 +24,23 @@ fn standard_deviation_is_exact() {
     assert_eq!(Hist::default().summary().sd_ns, 0);
 }
 
-#[test]
-fn timer_loop_period_under_oneshot_and_tick_clocks() {
-    let base = |clock: &str| {
-        format!(
-            r#"until = "100ms"
+/// One CPU whose `clock` lines are given, and a task looping [run 50 µs, timer 1 ms].
+fn timer_loop(until: &str, clock: &str) -> String {
+    format!(
+        r#"until = "{until}"
 [machine]
 cpus = 1
-clock = "{clock}"
-hz = 1024
+{clock}
 [[task]]
 name = "t"
 behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{ timer = "1ms" }} ] }}
 "#
-        )
-    };
+    )
+}
+
+#[test]
+fn timer_loop_period_under_oneshot_and_tick_clocks() {
+    let base = |clock: &str| timer_loop("100ms", &format!("clock = \"{clock}\"\nhz = 1024"));
     // One-shot: every interval is exactly the period.
     let r = run(&base("oneshot"));
     let it = task(&r, "t").iterations;
@@ -60,19 +62,7 @@ behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{
 /// timer stays signalled): an interval of the loop's own 50 µs, and a long one after it.
 #[test]
 fn a_tick_slower_than_the_timer_period_gives_catch_up_wake_ups() {
-    let text = |tick: &str| {
-        format!(
-            r#"until = "2s"
-[machine]
-cpus = 1
-clock = "tick"
-{tick}
-[[task]]
-name = "t"
-behaviour = {{ kind = "script", repeat = true, phases = [ {{ run = "50us" }}, {{ timer = "1ms" }} ] }}
-"#
-        )
-    };
+    let text = |tick: &str| timer_loop("2s", &format!("clock = \"tick\"\n{tick}"));
     let r = run(&text("tick = \"1003200ns\""));
     let it = task(&r, "t").iterations;
     assert_eq!(it.min_ns, 50_000, "{it:?}");

@@ -148,12 +148,9 @@ type Latencies = BTreeMap<String, Vec<u64>>;
 
 /// The `q` quantile of the wake-up latencies of `thread` (every thread: `None`) over
 /// `rounds` pooled.
-fn pooled(rounds: &[Latencies], thread: Option<&str>, q: f64) -> f64 {
-    pooled_of(rounds.iter(), thread, q)
-}
-
-fn pooled_of<'a>(rounds: impl Iterator<Item = &'a Latencies>, thread: Option<&str>, q: f64) -> f64 {
+fn pooled<'a>(rounds: impl IntoIterator<Item = &'a Latencies>, thread: Option<&str>, q: f64) -> f64 {
     let mut v: Vec<u64> = rounds
+        .into_iter()
         .flat_map(|r| r.iter().filter(|(t, _)| thread.is_none_or(|w| w == t.as_str())).flat_map(|(_, v)| v.iter().copied()))
         .collect();
     quantile(&mut v, q) as f64
@@ -169,8 +166,8 @@ fn worse_by_at_least(kernel: &[Latencies], agent: &[Latencies], thread: Option<&
     }
     let mut rng = ChaCha8Rng::seed_from_u64(0x0072_7461_7070);
     let resample = |rounds: &[Latencies], rng: &mut ChaCha8Rng| {
-        let picks: Vec<&Latencies> = (0..rounds.len()).map(|_| &rounds[rng.gen_range(0..rounds.len())]).collect();
-        pooled_of(picks.into_iter(), thread, 0.99)
+        let n = rounds.len();
+        pooled((0..n).map(|_| &rounds[rng.gen_range(0..n)]), thread, 0.99)
     };
     let mut d: Vec<f64> = (0..RESAMPLES).map(|_| resample(agent, &mut rng) - resample(kernel, &mut rng)).collect();
     d.sort_by(f64::total_cmp);
