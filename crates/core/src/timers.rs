@@ -347,7 +347,17 @@ impl<K: TimerKey, V> Timers<K, V> {
     }
 
     fn find_first_lane(&mut self) {
-        self.first_lane = self.lanes.iter().enumerate().filter_map(|(l, e)| e.as_ref().map(|e| (e.0, l))).min().map(|(_, l)| l);
+        let mut first: Option<(u128, usize)> = None;
+        if self.lanes_armed > 0 {
+            for (l, e) in self.lanes.iter().enumerate() {
+                if let Some((o, _, _)) = e {
+                    if first.is_none_or(|(f, _)| *o < f) {
+                        first = Some((*o, l));
+                    }
+                }
+            }
+        }
+        self.first_lane = first.map(|(_, l)| l);
     }
 
     /// The order of the earliest lane entry.
@@ -407,26 +417,41 @@ impl<K: TimerKey, V> Timers<K, V> {
         (pos != UNARMED).then(|| self.heap[pos as usize].at())
     }
 
+    /// The order of the earliest entry, and whether it is a lane's (else the heap's top).
+    #[inline]
+    fn earliest(&self) -> Option<(u128, bool)> {
+        match (self.heap.first(), self.first_lane_order()) {
+            (Some(e), Some(o)) if o < e.order => Some((o, true)),
+            (Some(e), _) => Some((e.order, false)),
+            (None, o) => o.map(|o| (o, true)),
+        }
+    }
+
     /// When the earliest entry is due.
     pub fn next_deadline(&self) -> Option<Ns> {
-        match (self.heap.first(), self.first_lane_order()) {
-            (Some(e), Some(o)) => Some(at_of(e.order.min(o))),
-            (Some(e), None) => Some(e.at()),
-            (None, o) => o.map(at_of),
-        }
+        self.earliest().map(|(o, _)| at_of(o))
     }
 
     /// Removes and returns the earliest entry (the first inserted among those due at
     /// its instant): its time, key and value.
     pub fn pop(&mut self) -> Option<(Ns, Option<K>, V)> {
-        if let Some(o) = self.first_lane_order() {
-            if self.heap.first().is_none_or(|e| o < e.order) {
-                let (o, key, value) = self.take_lane(self.first_lane.expect("a lane is first"))?;
-                return Some((at_of(o), Some(key), value));
-            }
+        let (_, lane) = self.earliest()?;
+        self.take_earliest(lane)
+    }
+
+    /// [`Timers::pop`], if the earliest entry is due by `now`.
+    pub fn pop_due(&mut self, now: Ns) -> Option<(Ns, Option<K>, V)> {
+        match self.earliest()? {
+            (o, _) if at_of(o) > now => None,
+            (_, lane) => self.take_earliest(lane),
         }
-        if self.heap.is_empty() {
-            return None;
+    }
+
+    /// Takes the earliest entry out: the first lane's (`lane`) or the heap's top.
+    fn take_earliest(&mut self, lane: bool) -> Option<(Ns, Option<K>, V)> {
+        if lane {
+            let (o, key, value) = self.take_lane(self.first_lane?)?;
+            return Some((at_of(o), Some(key), value));
         }
         let e = self.remove_at(0);
         let (at, i) = (e.at(), e.slot);
@@ -438,14 +463,6 @@ impl<K: TimerKey, V> Timers<K, V> {
             None => self.free.push(i),
         }
         Some((at, key, value))
-    }
-
-    /// [`Timers::pop`], if the earliest entry is due by `now`.
-    pub fn pop_due(&mut self, now: Ns) -> Option<(Ns, Option<K>, V)> {
-        if self.next_deadline()? > now {
-            return None;
-        }
-        self.pop()
     }
 
     /// Entries armed.
