@@ -54,9 +54,19 @@ impl<K: Copy + Ord> Asked<K> {
         self.cpus.get(cpu.0 as usize).copied().unwrap_or(Ask::No)
     }
 
-    /// Whether `cpu` was asked to decide (its entry is not `No`).
-    pub fn is_asked(&self, cpu: CpuId) -> bool {
-        self.waiting.contains(cpu)
+    /// The CPUs a ready task allowed on `aff` may ask to decide, in ascending order: those
+    /// of `aff` below `ncpus`, but not `except` and none asked already. (A set of bits
+    /// walked once: a global policy checks them at every wake-up.)
+    #[inline]
+    pub fn candidates(&self, aff: CpuSet, except: Option<CpuId>, ncpus: u16) -> impl Iterator<Item = CpuId> {
+        let mut left = aff.0 & CpuSet::first(ncpus).0 & !self.waiting.0 & !except.map_or(0, |c| CpuSet::only(c).0);
+        std::iter::from_fn(move || {
+            (left != 0).then(|| {
+                let c = left.trailing_zeros() as u16;
+                left &= left - 1;
+                CpuId(c)
+            })
+        })
     }
 
     /// Asks `cpu` to decide.

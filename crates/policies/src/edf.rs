@@ -196,10 +196,7 @@ impl Edf {
             return;
         }
         let mut victim: Option<(Key, CpuId)> = None;
-        for c in ctx.cpus() {
-            if !aff.contains(c) || Some(c) == except || self.asked.is_asked(c) {
-                continue;
-            }
+        for c in self.asked.candidates(aff, except, ctx.ncpus()) {
             match ctx.running_on(c) {
                 None => {
                     self.asked.ask(ctx, c);

@@ -316,13 +316,7 @@ impl FixedPriority {
     /// passed over.
     fn cpu_to_ask(&self, ctx: &Ctx, r: Rank, aff: CpuSet, except: Option<CpuId>, kick_idle: bool) -> Option<CpuId> {
         let mut victim: Option<(CpuId, (Rank, Ns, u32))> = None;
-        for c in ctx.cpus() {
-            if Some(c) == except || !aff.contains(c) {
-                continue;
-            }
-            if self.asked.is_asked(c) {
-                continue;
-            }
+        for c in self.asked.candidates(aff, except, ctx.ncpus()) {
             match self.table.running_on(c) {
                 Some(t) => {
                     let rt = self.node(t).map_or((NO_PERIOD, 0, t.0), |n| (n.rank, n.release, t.0));
