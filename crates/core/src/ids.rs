@@ -64,8 +64,16 @@ impl CpuSet {
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The CPUs of the set, in ascending order (only the set bits are visited).
     pub fn iter(self) -> impl Iterator<Item = CpuId> {
-        (0..64u16).filter(move |i| self.0 & (1u64 << i) != 0).map(CpuId)
+        let mut left = self.0;
+        std::iter::from_fn(move || {
+            (left != 0).then(|| {
+                let c = left.trailing_zeros() as u16;
+                left &= left - 1;
+                CpuId(c)
+            })
+        })
     }
 }
 

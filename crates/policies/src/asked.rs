@@ -59,14 +59,7 @@ impl<K: Copy + Ord> Asked<K> {
     /// walked once: a global policy checks them at every wake-up.)
     #[inline]
     pub fn candidates(&self, aff: CpuSet, except: Option<CpuId>, ncpus: u16) -> impl Iterator<Item = CpuId> {
-        let mut left = aff.0 & CpuSet::first(ncpus).0 & !self.waiting.0 & !except.map_or(0, |c| CpuSet::only(c).0);
-        std::iter::from_fn(move || {
-            (left != 0).then(|| {
-                let c = left.trailing_zeros() as u16;
-                left &= left - 1;
-                CpuId(c)
-            })
-        })
+        CpuSet(aff.0 & CpuSet::first(ncpus).0 & !self.waiting.0 & !except.map_or(0, |c| CpuSet::only(c).0)).iter()
     }
 
     /// Asks `cpu` to decide.
