@@ -117,6 +117,8 @@ struct Slot {
     guard: Option<Containment>,
     /// An ejection is pending: it is asked for no more decisions.
     failing: bool,
+    /// Its policy uses `on_run` ([`Policy::accounts_runs`], asked once).
+    runs: bool,
 }
 
 /// How the dispatcher distrusts a loaded scheduler (as Linux's sched_ext does): a contained
@@ -209,6 +211,8 @@ pub struct Dispatcher {
     stats: DispatchStats,
     /// Contained schedulers to eject, with the reason (see [`Dispatcher::eject_failed`]).
     pending_eject: Vec<(SchedId, String)>,
+    /// Some registered policy uses `on_run` (see [`Dispatcher::accounts_runs`]).
+    runs: bool,
 }
 
 impl Dispatcher {
@@ -216,6 +220,7 @@ impl Dispatcher {
     pub fn new(ncpus: u16, default_name: &str, mut default: Box<dyn Policy>, cfg: HierarchyConfig) -> Self {
         assert!(ncpus > 0 && ncpus <= crate::ids::MAX_CPUS, "1..=64 CPUs");
         default.init(ncpus);
+        let runs = default.accounts_runs();
         Dispatcher {
             ncpus,
             cfg,
@@ -228,6 +233,7 @@ impl Dispatcher {
                 refused: 0,
                 guard: None,
                 failing: false,
+                runs,
             }],
             next_sched: 1,
             tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize] },
@@ -238,6 +244,7 @@ impl Dispatcher {
             departed_logs: Vec::new(),
             stats: DispatchStats::default(),
             pending_eject: Vec::new(),
+            runs,
         }
     }
 
@@ -484,7 +491,10 @@ impl Dispatcher {
         let id = SchedId(self.next_sched);
         self.next_sched += 1;
         policy.init(self.ncpus);
-        self.scheds.insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false });
+        let runs = policy.accounts_runs();
+        self.scheds
+            .insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false, runs });
+        self.runs |= runs;
         Ok(id)
     }
 
@@ -500,6 +510,7 @@ impl Dispatcher {
             self.call(idx, now, |p, ctx| p.on_detach(ctx, t, Detach::Released));
         }
         let mut departing = self.scheds.remove(idx);
+        self.runs = self.scheds.iter().any(|s| s.runs);
         let mut log = Vec::new();
         departing.policy.drain_log(&mut log);
         self.departed_logs.extend(log.into_iter().map(|l| (departing.name.clone(), l)));
@@ -860,9 +871,16 @@ impl Dispatcher {
         out
     }
 
+    /// Whether some registered policy uses `on_run` ([`Policy::accounts_runs`]). While
+    /// none does, [`Dispatcher::account`] tells no policy anything, and a mechanism need
+    /// not account the running tasks before a wake-up.
+    pub fn accounts_runs(&self) -> bool {
+        self.runs
+    }
+
     /// Accounting: `task` ran `ran` ns on `cpu`.
     pub fn account(&mut self, now: Ns, task: TaskId, cpu: CpuId, ran: Ns) {
-        if self.alive(task) {
+        if self.runs && self.alive(task) {
             self.notify(task, now, |p, ctx| p.on_run(ctx, task, cpu, ran));
             self.apply_exclusive(now);
         }

@@ -17,7 +17,8 @@
 //!   reschedule, yield). It is always called *before* `pick` for that CPU, like Linux's
 //!   put_prev_task, so the policy can requeue the task and may pick it again.
 //! - `on_run`: accounting — the task ran `ran` ns on `cpu` (called before `on_preempt`/
-//!   `on_block`, and whenever the mechanism settles accounts).
+//!   `on_block`, and whenever the mechanism settles accounts). Only for policies whose
+//!   [`Policy::accounts_runs`] is true (the default).
 //! - `on_tick`: a clock tick on `cpu` (both clock models deliver ticks when HZ > 0).
 //! - `on_event`: a scheduler event this policy armed with [`Ctx::set_event`] fired
 //!   (Vassal's SetSchedulerEvent). The dispatcher then offers idle CPUs a decision.
@@ -369,6 +370,14 @@ pub trait Policy: Send {
     fn on_dispatch(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId) {}
     fn on_preempt(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId, _why: Preempt) {}
     fn on_run(&mut self, _ctx: &mut Ctx, _task: TaskId, _cpu: CpuId, _ran: Ns) {}
+    /// Whether this policy uses `on_run`, asked once when it is given to the dispatcher.
+    /// While no registered policy does, the dispatcher sends no `on_run` and the
+    /// mechanism need not account the running tasks before a wake-up (the simulator
+    /// skips that work: issue 16). A policy that ignores how long its tasks ran (EDF,
+    /// fixed priorities without a quantum) says false.
+    fn accounts_runs(&self) -> bool {
+        true
+    }
     fn on_tick(&mut self, _ctx: &mut Ctx, _cpu: CpuId) {}
     fn on_event(&mut self, _ctx: &mut Ctx, _token: u64) {}
     fn on_message(&mut self, _ctx: &mut Ctx, _from: Sender, _task: TaskId, req: &Request) -> Reply {

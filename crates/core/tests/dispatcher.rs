@@ -1158,6 +1158,37 @@ fn preempt_precedes_pick_and_accounting_reaches_owner_and_host() {
     assert_eq!(take(&log), Vec::<String>::new());
 }
 
+/// `on_run` goes out only while some registered policy uses it (`Policy::accounts_runs`),
+/// and then to the task's owner and host as before; the answer follows registrations.
+#[test]
+fn accounting_is_sent_only_while_a_policy_uses_it() {
+    let log = new_log();
+    let (p, defp) = TestPolicy::boxed("def", &log);
+    defp.knobs().ignores_runs = true;
+    let mut d = Dispatcher::new(1, "def", p, HierarchyConfig::default());
+    assert!(!d.accounts_runs());
+    let t = task(&mut d);
+    d.schedule(0, C0, Preempt::Resched).unwrap();
+    take(&log);
+    d.account(100, t, C0, 100);
+    assert_eq!(take(&log), Vec::<String>::new());
+
+    // A policy that uses it joins the hierarchy: every policy hears of runs again.
+    let (hi, _hip) = add_sched(&mut d, &log, "hi", 20, Position::Top);
+    assert!(d.accounts_runs());
+    assert_eq!(join(&mut d, hi, t), Reply::Ok);
+    take(&log);
+    d.account(200, t, C0, 50);
+    assert_eq!(take(&log), s(&["hi: run task0 cpu0 50", "def: run task0 cpu0 50"]));
+
+    // It leaves: silence again.
+    d.unregister(300, hi).unwrap();
+    assert!(!d.accounts_runs());
+    take(&log);
+    d.account(400, t, C0, 100);
+    assert_eq!(take(&log), Vec::<String>::new());
+}
+
 #[test]
 fn ticks_go_to_every_scheduler_top_down() {
     let (mut d, _defp, log) = dispatcher(2);

@@ -230,6 +230,10 @@ impl Policy for Edf {
     fn kind(&self) -> &str {
         "edf"
     }
+    /// It never uses how long a task ran (no `on_run`).
+    fn accounts_runs(&self) -> bool {
+        false
+    }
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);

@@ -392,6 +392,10 @@ impl Policy for FixedPriority {
     fn kind(&self) -> &str {
         "fps"
     }
+    /// Only the quantum needs how long a task ran.
+    fn accounts_runs(&self) -> bool {
+        self.quantum.is_some()
+    }
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);

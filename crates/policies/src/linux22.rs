@@ -249,6 +249,10 @@ impl Policy for Linux22 {
     fn kind(&self) -> &str {
         "linux22"
     }
+    /// It never uses how long a task ran (no `on_run`).
+    fn accounts_runs(&self) -> bool {
+        false
+    }
 
     fn init(&mut self, ncpus: u16) {
         self.rq.init(ncpus);

@@ -171,6 +171,10 @@ impl Policy for Timed {
     fn kind(&self) -> &str {
         "timed"
     }
+    /// It never uses how long a task ran (no `on_run`).
+    fn accounts_runs(&self) -> bool {
+        false
+    }
     fn on_attach(&mut self, ctx: &mut Ctx, task: TaskId, info: &AttachInfo) -> Result<(), String> {
         crate::task_index(task)?;
         let st = St::of_attach(task, info)?;

@@ -404,6 +404,10 @@ impl Policy for Unix {
     fn kind(&self) -> &str {
         "unix"
     }
+    /// It never uses how long a task ran (no `on_run`).
+    fn accounts_runs(&self) -> bool {
+        false
+    }
 
     fn init(&mut self, ncpus: u16) {
         self.rq.init(ncpus);

@@ -53,6 +53,8 @@ pub struct Knobs {
     pub rearm: Option<(Ns, u64)>,
     /// Results of the `Ctx` calls it made (for the test to inspect).
     pub ctx_results: Vec<String>,
+    /// `accounts_runs` says false (asked when the policy is given to the dispatcher).
+    pub ignores_runs: bool,
 }
 
 /// The test's handle on one policy.
@@ -183,6 +185,10 @@ impl Policy for TestPolicy {
 
     fn on_run(&mut self, _ctx: &mut Ctx, task: TaskId, cpu: CpuId, ran: Ns) {
         self.log(format!("run {task} {cpu} {ran}"));
+    }
+
+    fn accounts_runs(&self) -> bool {
+        !self.knobs.lock().unwrap().ignores_runs
     }
 
     fn on_tick(&mut self, _ctx: &mut Ctx, cpu: CpuId) {

@@ -551,8 +551,13 @@ impl Sim {
             Step::Run | Step::Yield => {
                 self.tasks[i].wait = Wait::None;
                 self.mark(i, MarkKind::Wake);
-                // Policies compare the waking task with the running ones: settle accounts first.
-                self.settle_all();
+                // Policies compare the waking task with the running ones, and the swap
+                // model judges idle time by the swap state the wake changes: settle
+                // accounts first. Without either, the CPUs are accounted at their next
+                // event, in one step instead of two (issue 16).
+                if self.drv.disp.accounts_runs() || self.swap.is_some() {
+                    self.settle_all();
+                }
                 self.drv.disp.wake(self.now, self.tasks[i].id, wake);
                 self.metrics.runnable(i, self.now);
                 self.swap_ready(i);
