@@ -8,10 +8,11 @@
 use vassal_sim::scenario::parse_scenario;
 use vassal_sim::{simulate, Report};
 
-/// Global EDF on 3 CPUs, overloaded, with switch and migration costs and unscheduled
-/// time (so that a CPU's overhead, progress and idle time all need splitting), periodic
-/// tasks, I/O-bound and interactive ones (wake-ups that preempt, or find a CPU idle).
-fn scenario(policy: &str, top: bool) -> String {
+/// A global `policy` (with `params`) on 3 CPUs, overloaded, with switch and migration
+/// costs and unscheduled time (so that a CPU's overhead, progress and idle time all need
+/// splitting), periodic tasks, I/O-bound and interactive ones (wake-ups that preempt, or
+/// find a CPU idle); with `top`, the idle `rr` above it.
+fn scenario(policy: &str, params: &str, top: bool) -> String {
     let top = if top { "[[scheduler]]\nname = \"idle-top\"\npolicy = \"rr\"\nusage = \"best_effort\"\n" } else { "" };
     let mut s = format!(
         r#"until = "3s"
@@ -25,7 +26,7 @@ unscheduled = {{ interval = {{ exp = "3ms" }}, duration = {{ uniform = ["5us", "
 [default]
 name = "d"
 policy = "{policy}"
-{top}"#
+{params}{top}"#
     );
     for k in 1..=9u64 {
         let period = 4 + 3 * k;
@@ -52,10 +53,8 @@ fn figures(r: &Report) -> String {
 #[test]
 fn settling_at_the_next_event_changes_no_figure() {
     for (policy, params) in [("edf", ""), ("fps", "params = { rm = true }\n")] {
-        let with =
-            |top: bool| scenario(policy, top).replacen(&format!("policy = \"{policy}\"\n"), &format!("policy = \"{policy}\"\n{params}"), 1);
-        let lazy = run(&with(false));
-        let eager = run(&with(true));
+        let lazy = run(&scenario(policy, params, false));
+        let eager = run(&scenario(policy, params, true));
         assert_eq!(figures(&lazy), figures(&eager), "{policy}: deferred and eager accounting differ");
         assert!(lazy.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum::<u64>() > 1000, "{policy}: the run has jobs");
         assert!(lazy.tasks.iter().any(|t| t.jobs_missed > 0), "{policy}: the run is overloaded");
