@@ -62,6 +62,11 @@ impl<K: Copy + Ord> Asked<K> {
         CpuSet(aff.0 & CpuSet::first(ncpus).0 & !self.waiting.0 & !except.map_or(0, |c| CpuSet::only(c).0)).iter()
     }
 
+    /// Whether no CPU is asked to decide.
+    pub fn is_empty(&self) -> bool {
+        self.waiting == CpuSet::NONE
+    }
+
     /// Asks `cpu` to decide.
     pub fn ask(&mut self, ctx: &mut Ctx, cpu: CpuId) {
         if let Some(x) = self.cpus.get_mut(cpu.0 as usize) {

@@ -37,7 +37,7 @@
 //! tasks a CPU's affinity passes over; the preemption check is O(CPUs).
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, Decision, Detach, Job, Ns, Policy, Preempt, Refusal, Reply, Request, Sender, TaskId, TaskParams,
     TaskState, Wake, MS,
 };
 
@@ -95,6 +95,13 @@ pub struct Edf {
     ready: OrderedSet<Key>,
     /// Per CPU: a decision asked for and not yet made.
     asked: Asked<Key>,
+    /// Whether the check after a dispatch may find work ([`Edf::check_first`]): set when
+    /// a waiting job may have lost the CPU it counted on or a better job waits where it
+    /// may not run; cleared when the best waiting job, allowed everywhere, preempts
+    /// nothing and no CPU is asked.
+    recheck: bool,
+    /// Never clear `recheck`: the reference the skip is tested against.
+    always_recheck: bool,
 }
 
 /// Builds an `edf` scheduler: parameters `quantum` (duration, default 10 ms) for the
@@ -141,7 +148,22 @@ impl Edf {
     }
 
     pub fn with_late(quantum: Ns, late: Late) -> Self {
-        Edf { quantum: quantum.max(1), late, table: Tasks::default(), ready: OrderedSet::new(), asked: Asked::default() }
+        Edf {
+            quantum: quantum.max(1),
+            late,
+            table: Tasks::default(),
+            ready: OrderedSet::new(),
+            asked: Asked::default(),
+            recheck: true,
+            always_recheck: false,
+        }
+    }
+
+    /// Checks the best waiting job after every dispatch, never skipping it (see
+    /// `check_first`): the same decisions, more work; tests compare the two.
+    pub fn checking_after_every_dispatch(mut self) -> Self {
+        self.always_recheck = true;
+        self
     }
 
     pub fn late(&self) -> Late {
@@ -193,6 +215,8 @@ impl Edf {
         let aff = ctx.affinity(id);
         let ready = &self.ready;
         if self.asked.served(key, aff, except, |n| ready.iter().take_while(|&&k| k < key).take(n).count()) {
+            // Counted on an asked CPU a better job may take after all.
+            self.recheck = true;
             return;
         }
         let mut victim: Option<(Key, CpuId)> = None;
@@ -218,10 +242,32 @@ impl Edf {
         }
     }
 
-    /// The best waiting task, if any, may now preempt or take an idle CPU.
+    /// The best waiting job, if any, may now preempt or take an idle CPU (after every
+    /// dispatch: several jobs released at one instant preempt several CPUs).
+    ///
+    /// Skipped while `recheck` is clear and that job may run on every CPU, because then
+    /// it cannot find anything: when `recheck` was last cleared the best waiting job
+    /// preempted nothing on any CPU and no CPU was asked, so every running job was at
+    /// least as good as every waiting one. Since then each new waiting job was checked
+    /// when it became ready, and every check that counted on an asked CPU instead of
+    /// asking one set `recheck`, and so did a job that completed and went straight on
+    /// to its next without a check (`on_preempt`); each dispatch took the best waiting job the CPU allows,
+    /// or set `recheck` in `pick` when a better one was not allowed there (its affinity
+    /// or swap state may change without the policy being told); a refused decision sets
+    /// it too. So no running job is worse than a waiting one it could give way to.
     fn check_first(&mut self, ctx: &mut Ctx) {
-        if let Some(&(_, _, _, first)) = self.ready.first() {
-            self.check_preempt(ctx, TaskId(first), None);
+        let Some(&(_, _, _, first)) = self.ready.first() else {
+            self.recheck = self.always_recheck;
+            return;
+        };
+        let first = TaskId(first);
+        let everywhere = ctx.affinity(first).0 & CpuSet::first(ctx.ncpus()).0 == CpuSet::first(ctx.ncpus()).0;
+        if !self.recheck && everywhere {
+            return;
+        }
+        self.check_preempt(ctx, first, None);
+        if everywhere && self.asked.is_empty() && !self.always_recheck {
+            self.recheck = false;
         }
     }
 }
@@ -354,9 +400,14 @@ impl Policy for Edf {
         }
         self.catch_up(task, ctx.now());
         self.set_st(task, St::Ready);
-        if ctx.ncpus() > 1 && !completed {
-            // Preempted here, it may preempt a later job elsewhere.
-            self.check_preempt(ctx, task, Some(cpu));
+        if ctx.ncpus() > 1 {
+            if completed {
+                // Not checked now: the check after this decision must run (check_first).
+                self.recheck = true;
+            } else {
+                // Preempted here, it may preempt a later job elsewhere.
+                self.check_preempt(ctx, task, Some(cpu));
+            }
         }
     }
 
@@ -395,7 +446,11 @@ impl Policy for Edf {
             // Usually the first job may run here; else the first one that may.
             let &(class, key, _, raw) = match self.ready.first() {
                 Some(k) if ctx.allowed(TaskId(k.3), cpu) => k,
-                _ => self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?,
+                first => {
+                    // A better job may not run here (see check_first).
+                    self.recheck |= first.is_some();
+                    self.ready.iter().find(|&&(_, _, _, t)| ctx.allowed(TaskId(t), cpu))?
+                }
             };
             let id = TaskId(raw);
             match ctx.state(id) {
@@ -429,7 +484,10 @@ impl Policy for Edf {
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         match self.table.refused(cpu, decision.task, why) {
             Undo::Forget => self.on_detach(ctx, decision.task, Detach::Moved),
-            Undo::Requeue { .. } => self.set_st(decision.task, St::Ready),
+            Undo::Requeue { .. } => {
+                self.set_st(decision.task, St::Ready);
+                self.recheck = true;
+            }
             Undo::Nothing | Undo::Blocked | Undo::Running(_) => {}
         }
     }

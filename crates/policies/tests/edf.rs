@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use vassal_core::{CpuId, Reply, Request, TaskId};
+use vassal_core::{CpuId, CpuSet, Job, Ns, Reply, Request, TaskId, TaskState, Wake};
 use vassal_policies::ParamValue;
 
 fn edf() -> Box<dyn vassal_core::Policy> {
@@ -82,9 +82,9 @@ fn global_edf_preempts_the_latest_deadline_of_several_cpus() {
 #[test]
 fn bad_parameters_are_refused_at_attach_and_by_message() {
     let mut s = Sim::new(1, edf());
-    let err = s.drv.disp.try_add_task(0, params(&[("period", 0)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
+    let err = s.drv.disp.try_add_task(0, params(&[("period", 0)]), CpuSet::first(1), None, true).unwrap_err().1;
     assert!(err.contains("period") && err.contains("positive"), "{err}");
-    let err = s.drv.disp.try_add_task(0, params(&[("deadline", 5)]), vassal_core::CpuSet::first(1), None, true).unwrap_err().1;
+    let err = s.drv.disp.try_add_task(0, params(&[("deadline", 5)]), CpuSet::first(1), None, true).unwrap_err().1;
     assert!(err.contains("no period"), "{err}");
     let t = s.add(&[("period", ms(10) as i64)], None, true);
     let sched = s.drv.disp.default_sched();
@@ -107,4 +107,86 @@ fn background_tasks_share_round_robin() {
     s.run_until(ms(40));
     let order: Vec<TaskId> = s.tasks();
     assert_eq!(order, vec![x, y, x, y, x]);
+}
+
+/// Random steps for `the_check_after_a_dispatch_is_skipped_only_when_it_finds_nothing`:
+/// several wakes (and jobs announced to running tasks) at one instant before the
+/// decisions, so that checks count on CPUs asked already; blocks; affinity and swap
+/// changes the policy is not told of; time passing.
+fn random_edf_run(seed: u64, ncpus: u16, edf: vassal_policies::edf::Edf) -> (Vec<Disp>, Vec<(Ns, CpuId)>) {
+    let mut rnd = xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut s = Sim::new(ncpus, Box::new(edf));
+    let all = CpuSet::first(ncpus);
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let period = ms(1 + rnd(8)) as i64;
+        // Mostly free to run anywhere; some pinned to a random subset.
+        let aff = if i % 3 == 0 { CpuSet((1 + rnd(all.0)) & all.0) } else { all };
+        let aff = if aff.is_empty() { all } else { aff };
+        tasks.push((s.add(&[("period", period), ("deadline", period - rnd(period as u64 / 2) as i64)], Some(aff), false), period));
+    }
+    for _ in 0..300 {
+        match rnd(10) {
+            0..=3 => {
+                // A burst of wakes and next jobs at this instant, then the decisions.
+                for _ in 0..1 + rnd(4) {
+                    let (t, period) = tasks[rnd(tasks.len() as u64) as usize];
+                    let job = Job { release: s.now, deadline: s.now + period as Ns };
+                    match s.drv.disp.state(t) {
+                        TaskState::Blocked => {
+                            if rnd(2) == 0 {
+                                s.drv.disp.job(s.now, t, job);
+                            }
+                            s.drv.disp.wake(s.now, t, Wake { voluntary: true, ..Wake::default() });
+                        }
+                        TaskState::Running(_) => s.drv.disp.job(s.now, t, job),
+                        _ => {}
+                    }
+                }
+                s.settle();
+            }
+            4 | 5 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                if s.drv.disp.state(t).is_runnable() {
+                    s.block(t);
+                }
+            }
+            6 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                let aff = CpuSet(rnd(all.0 + 1) & all.0);
+                if !aff.is_empty() {
+                    s.drv.disp.set_affinity(s.now, t, aff);
+                    s.settle();
+                }
+            }
+            7 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                s.drv.disp.set_loaded(s.now, t, rnd(3) != 0);
+                s.settle();
+            }
+            _ => {
+                let until = s.now + rnd(ms(3));
+                s.run_until(until);
+            }
+        }
+    }
+    (s.log.clone(), s.rescheds.clone())
+}
+
+/// The check of the best waiting job after each dispatch is skipped when it cannot find
+/// anything (edf's `check_first`): with the skip and without it, every decision and every
+/// reschedule asked for is the same, on 1-4 CPUs, with pinned tasks, affinity changes and
+/// swapped-out tasks.
+#[test]
+fn the_check_after_a_dispatch_is_skipped_only_when_it_finds_nothing() {
+    let mut dispatches = 0;
+    for seed in 0..400 {
+        for ncpus in 1..=4 {
+            let fast = random_edf_run(seed, ncpus, vassal_policies::edf::Edf::new(ms(10)));
+            let reference = random_edf_run(seed, ncpus, vassal_policies::edf::Edf::new(ms(10)).checking_after_every_dispatch());
+            assert_eq!(fast, reference, "seed {seed}, {ncpus} CPUs");
+            dispatches += fast.0.len();
+        }
+    }
+    assert!(dispatches > 100_000, "the runs dispatch: {dispatches}");
 }
