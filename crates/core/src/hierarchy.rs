@@ -773,12 +773,26 @@ impl Dispatcher {
 
     /// A blocked task became runnable. Returns false (and changes nothing) if it was not blocked.
     pub fn wake(&mut self, now: Ns, task: TaskId, wake: Wake) -> bool {
+        self.wake_job(now, task, wake, None)
+    }
+
+    /// A blocked task became runnable to start `job` (if given): its owner hears
+    /// [`Policy::on_job`] and then [`Policy::on_wake`] in one visit, as if [`Self::job`]
+    /// had been called just before [`Self::wake`] (the simulator's released jobs: one
+    /// visit instead of two, issue 16). Returns false (and changes nothing, the job is not
+    /// announced) if it was not blocked.
+    pub fn wake_job(&mut self, now: Ns, task: TaskId, wake: Wake, job: Option<Job>) -> bool {
         if self.tasks.state(task) != TaskState::Blocked {
             return false;
         }
         self.tasks.recs[task.0 as usize].state = TaskState::Runnable;
         self.tasks.recs[task.0 as usize].waiting_since = now;
-        self.notify(task, now, |p, ctx| p.on_wake(ctx, task, wake));
+        self.notify(task, now, |p, ctx| {
+            if let Some(job) = job {
+                p.on_job(ctx, task, job);
+            }
+            p.on_wake(ctx, task, wake)
+        });
         self.kick_cpu(now, task);
         self.apply_exclusive(now);
         true

@@ -1189,6 +1189,33 @@ fn accounting_is_sent_only_while_a_policy_uses_it() {
     assert_eq!(take(&log), Vec::<String>::new());
 }
 
+/// A job's start may come with its wake (`wake_job`): the owner hears the job and then
+/// the wake, as from `job` then `wake`, and nothing for a task that is not blocked.
+#[test]
+fn a_job_comes_with_its_wake_as_if_announced_just_before() {
+    let job = Job { release: 10, deadline: 30 };
+    let (mut d, _defp, log) = dispatcher(1);
+    let t = blocked_task(&mut d);
+    take(&log);
+    assert!(d.wake_job(10, t, Wake::default(), Some(job)));
+    let fused = (take(&log), effects(&mut d), d.state(t));
+    assert_eq!(fused.0, s(&["def: job task0 10-30", "def: wake task0"]));
+
+    let (mut d, _defp, log) = dispatcher(1);
+    let t = blocked_task(&mut d);
+    take(&log);
+    d.job(10, t, job);
+    assert!(d.wake(10, t, Wake::default()));
+    assert_eq!((take(&log), effects(&mut d), d.state(t)), fused);
+
+    // Runnable already: refused, and the job is not announced.
+    let (mut d, _defp, log) = dispatcher(1);
+    let t = task(&mut d);
+    take(&log);
+    assert!(!d.wake_job(10, t, Wake::default(), Some(job)));
+    assert_eq!(take(&log), Vec::<String>::new());
+}
+
 #[test]
 fn ticks_go_to_every_scheduler_top_down() {
     let (mut d, _defp, log) = dispatcher(2);

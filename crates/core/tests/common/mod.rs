@@ -164,6 +164,10 @@ impl Policy for TestPolicy {
         self.enqueue(task);
     }
 
+    fn on_job(&mut self, _ctx: &mut Ctx, task: TaskId, job: Job) {
+        self.log(format!("job {task} {}-{}", job.release, job.deadline));
+    }
+
     fn on_block(&mut self, _ctx: &mut Ctx, task: TaskId, _block: Block) {
         self.log(format!("block {task}"));
         self.dequeue(task);

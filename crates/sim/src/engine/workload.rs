@@ -152,22 +152,27 @@ impl Sim {
     /// Decides what task `i` does next; loads its next burst of work when it is `Run`.
     /// A burst that is a job (a periodic job, a player's frame, a registered behaviour's
     /// job) is announced to the task's scheduler ([`vassal_core::Policy::on_job`]) before
-    /// the task wakes or goes on (docs/jobs.md).
+    /// the task goes on (here) or wakes (with the wake, [`Sim::resume_with`];
+    /// docs/jobs.md).
     pub(super) fn step(&mut self, i: usize) -> Step {
         let step = self.next_step(i);
-        if step == Step::Run {
-            let job = match (self.tasks[i].work, &self.sc.tasks[i].behaviour) {
-                (Work::Job { release, deadline }, _) => Some(Job { release, deadline }),
-                (Work::Frame { ideal }, &Behaviour::Player { period, late_after, .. }) => {
-                    Some(Job { release: ideal.saturating_sub(period), deadline: ideal.saturating_add(late_after) })
-                }
-                _ => None,
-            };
-            if let Some(job) = job {
+        if step == Step::Run && self.drv.disp.state(self.tasks[i].id) != TaskState::Blocked {
+            if let Some(job) = self.job_of(i) {
                 self.drv.disp.job(self.now, self.tasks[i].id, job);
             }
         }
         step
+    }
+
+    /// The job task `i`'s loaded burst is, if it is one.
+    fn job_of(&self, i: usize) -> Option<Job> {
+        match (self.tasks[i].work, &self.sc.tasks[i].behaviour) {
+            (Work::Job { release, deadline }, _) => Some(Job { release, deadline }),
+            (Work::Frame { ideal }, &Behaviour::Player { period, late_after, .. }) => {
+                Some(Job { release: ideal.saturating_sub(period), deadline: ideal.saturating_add(late_after) })
+            }
+            _ => None,
+        }
     }
 
     fn next_step(&mut self, i: usize) -> Step {
@@ -558,7 +563,9 @@ impl Sim {
                 if self.drv.disp.accounts_runs() || self.swap.is_some() {
                     self.settle_all();
                 }
-                self.drv.disp.wake(self.now, self.tasks[i].id, wake);
+                // A job's start comes with the wake (one visit of its scheduler).
+                let job = if step == Step::Run { self.job_of(i) } else { None };
+                self.drv.disp.wake_job(self.now, self.tasks[i].id, wake, job);
                 self.metrics.runnable(i, self.now);
                 self.swap_ready(i);
             }
