@@ -249,12 +249,13 @@ impl Edf {
     /// it cannot find anything: when `recheck` was last cleared the best waiting job
     /// preempted nothing on any CPU and no CPU was asked, so every running job was at
     /// least as good as every waiting one. Since then each new waiting job was checked
-    /// when it became ready, and every check that counted on an asked CPU instead of
-    /// asking one set `recheck`, and so did a job that completed and went straight on
-    /// to its next without a check (`on_preempt`); each dispatch took the best waiting job the CPU allows,
-    /// or set `recheck` in `pick` when a better one was not allowed there (its affinity
-    /// or swap state may change without the policy being told); a refused decision sets
-    /// it too. So no running job is worse than a waiting one it could give way to.
+    /// when it became ready; every check that counted on an asked CPU instead of asking
+    /// one set `recheck`, and so did a job that completed and went straight on to its
+    /// next without a check (`on_preempt`); each dispatch took the best waiting job the
+    /// CPU allows, or set `recheck` in `pick` when a better one was not allowed there
+    /// (its affinity or swap state may change without the policy being told); a refused
+    /// decision and an attached task set it too. So no running job is worse than a
+    /// waiting one it could give way to.
     fn check_first(&mut self, ctx: &mut Ctx) {
         let Some(&(_, _, _, first)) = self.ready.first() else {
             self.recheck = self.always_recheck;
@@ -300,6 +301,8 @@ impl Policy for Edf {
         if let St::Running(c) = st {
             self.table.set_running(c, task);
         }
+        // A job that did not come through pick may be running now (check_first).
+        self.recheck = true;
         self.set_st(task, st);
         if st == St::Ready {
             self.check_preempt(ctx, task, None);

@@ -208,7 +208,7 @@ const FRAMES: usize = 300;
 const LATE: u64 = 2 * MS;
 
 struct VideoRun {
-    /// Of the frames no host stall touched (module stalls): late ones, all, their
+    /// Of the frames no host stall touched ([`stalls`]): late ones, all, their
     /// lateness and wake latency.
     late: usize,
     frames: usize,

@@ -22,7 +22,7 @@ use vassal_agent::kernel::{self, now_ns};
 /// How often each watcher wakes.
 const PERIOD: u64 = 1_000_000;
 /// A wake-up later than this is a host stall.
-pub const STALL: u64 = 1_000_000;
+const STALL: u64 = 1_000_000;
 
 /// The watchers of a running experiment.
 pub struct StallWatch {
@@ -33,13 +33,13 @@ pub struct StallWatch {
 impl StallWatch {
     /// Starts one watcher per CPU; each ends at `until` (CLOCK_MONOTONIC ns) at the latest.
     pub fn start(until: u64) -> io::Result<StallWatch> {
-        let stop = Arc::new(AtomicBool::new(false));
         let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
-        let mut threads = Vec::new();
+        // Built first, so that a failure below stops (on drop) the watchers started.
+        let mut w = StallWatch { stop: Arc::new(AtomicBool::new(false)), threads: Vec::new() };
         for cpu in 0..ncpus {
-            let stop = Arc::clone(&stop);
+            let stop = Arc::clone(&w.stop);
             let (tx, rx) = std::sync::mpsc::channel();
-            threads.push(std::thread::spawn(move || {
+            w.threads.push(std::thread::spawn(move || {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 let set = kernel::set_affinity(tid, &kernel::one_cpu(cpu)).and_then(|()| kernel::set_policy(tid, libc::SCHED_FIFO, 99));
@@ -53,7 +53,7 @@ impl StallWatch {
             }));
             rx.recv().map_err(|e| io::Error::other(e.to_string()))??;
         }
-        Ok(StallWatch { stop, threads })
+        Ok(w)
     }
 
     /// Stops the watchers; the stalls seen, as (from, to) CLOCK_MONOTONIC ns, in time
