@@ -213,6 +213,11 @@ impl Edf {
         let Some(t) = self.table.get(id).copied() else { return };
         let key = t.key(id);
         let aff = ctx.affinity(id);
+        let all = CpuSet::first(ctx.ncpus());
+        if aff.0 & all.0 != all.0 {
+            // It may be allowed more CPUs later without this policy being told.
+            self.recheck = true;
+        }
         let ready = &self.ready;
         if self.asked.served(key, aff, except, |n| ready.iter().take_while(|&&k| k < key).take(n).count()) {
             // Counted on an asked CPU a better job may take after all.
@@ -250,12 +255,13 @@ impl Edf {
     /// preempted nothing on any CPU and no CPU was asked, so every running job was at
     /// least as good as every waiting one. Since then each new waiting job was checked
     /// when it became ready; every check that counted on an asked CPU instead of asking
-    /// one set `recheck`, and so did a job that completed and went straight on to its
-    /// next without a check (`on_preempt`); each dispatch took the best waiting job the
-    /// CPU allows, or set `recheck` in `pick` when a better one was not allowed there
-    /// (its affinity or swap state may change without the policy being told); a refused
-    /// decision and an attached task set it too. So no running job is worse than a
-    /// waiting one it could give way to.
+    /// one set `recheck`, and so did every check of a job not allowed on every CPU (its
+    /// affinity may grow, or it may be swapped in, while it waits: the policy is not
+    /// told) and a job that completed and went straight on to its next without a check
+    /// (`on_preempt`); each dispatch took the best waiting job the CPU allows, or set
+    /// `recheck` in `pick` when a better one was not allowed there; a refused decision
+    /// and an attached task set it too. So no running job is worse than a waiting one it
+    /// could give way to.
     fn check_first(&mut self, ctx: &mut Ctx) {
         let Some(&(_, _, _, first)) = self.ready.first() else {
             self.recheck = self.always_recheck;

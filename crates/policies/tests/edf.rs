@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use vassal_core::{CpuId, CpuSet, Job, Ns, Reply, Request, TaskId, TaskState, Wake};
+use vassal_core::{CpuId, CpuSet, Reply, Request, TaskId};
 use vassal_policies::ParamValue;
 
 fn edf() -> Box<dyn vassal_core::Policy> {
@@ -109,70 +109,6 @@ fn background_tasks_share_round_robin() {
     assert_eq!(order, vec![x, y, x, y, x]);
 }
 
-/// Random steps for `the_check_after_a_dispatch_is_skipped_only_when_it_finds_nothing`:
-/// several wakes (and jobs announced to running tasks) at one instant before the
-/// decisions, so that checks count on CPUs asked already; blocks; affinity and swap
-/// changes the policy is not told of; time passing.
-fn random_edf_run(seed: u64, ncpus: u16, edf: vassal_policies::edf::Edf) -> (Vec<Disp>, Vec<(Ns, CpuId)>) {
-    let mut rnd = xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut s = Sim::new(ncpus, Box::new(edf));
-    let all = CpuSet::first(ncpus);
-    let mut tasks = Vec::new();
-    for i in 0..10u64 {
-        let period = ms(1 + rnd(8)) as i64;
-        // Mostly free to run anywhere; some pinned to a random subset.
-        let aff = if i % 3 == 0 { CpuSet((1 + rnd(all.0)) & all.0) } else { all };
-        let aff = if aff.is_empty() { all } else { aff };
-        tasks.push((s.add(&[("period", period), ("deadline", period - rnd(period as u64 / 2) as i64)], Some(aff), false), period));
-    }
-    for _ in 0..300 {
-        match rnd(10) {
-            0..=3 => {
-                // A burst of wakes and next jobs at this instant, then the decisions.
-                for _ in 0..1 + rnd(4) {
-                    let (t, period) = tasks[rnd(tasks.len() as u64) as usize];
-                    let job = Job { release: s.now, deadline: s.now + period as Ns };
-                    match s.drv.disp.state(t) {
-                        TaskState::Blocked => {
-                            if rnd(2) == 0 {
-                                s.drv.disp.job(s.now, t, job);
-                            }
-                            s.drv.disp.wake(s.now, t, Wake { voluntary: true, ..Wake::default() });
-                        }
-                        TaskState::Running(_) => s.drv.disp.job(s.now, t, job),
-                        _ => {}
-                    }
-                }
-                s.settle();
-            }
-            4 | 5 => {
-                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
-                if s.drv.disp.state(t).is_runnable() {
-                    s.block(t);
-                }
-            }
-            6 => {
-                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
-                let aff = CpuSet(rnd(all.0 + 1) & all.0);
-                if !aff.is_empty() {
-                    s.drv.disp.set_affinity(s.now, t, aff);
-                    s.settle();
-                }
-            }
-            7 => {
-                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
-                s.drv.disp.set_loaded(s.now, t, rnd(3) != 0);
-                s.settle();
-            }
-            _ => {
-                let until = s.now + rnd(ms(3));
-                s.run_until(until);
-            }
-        }
-    }
-    (s.log.clone(), s.rescheds.clone())
-}
-
 /// The check of the best waiting job after each dispatch is skipped when it cannot find
 /// anything (edf's `check_first`): with the skip and without it, every decision and every
 /// reschedule asked for is the same, on 1-4 CPUs, with pinned tasks, affinity changes and
@@ -182,11 +118,21 @@ fn the_check_after_a_dispatch_is_skipped_only_when_it_finds_nothing() {
     let mut dispatches = 0;
     for seed in 0..400 {
         for ncpus in 1..=4 {
-            let fast = random_edf_run(seed, ncpus, vassal_policies::edf::Edf::new(ms(10)));
-            let reference = random_edf_run(seed, ncpus, vassal_policies::edf::Edf::new(ms(10)).checking_after_every_dispatch());
+            let fast = random_job_run(seed, ncpus, Box::new(vassal_policies::edf::Edf::new(ms(10))));
+            let reference = random_job_run(seed, ncpus, Box::new(vassal_policies::edf::Edf::new(ms(10)).checking_after_every_dispatch()));
             assert_eq!(fast, reference, "seed {seed}, {ncpus} CPUs");
             dispatches += fast.0.len();
         }
     }
     assert!(dispatches > 100_000, "the runs dispatch: {dispatches}");
+}
+
+/// A job whose affinity grows while it waits is checked again after the next dispatch,
+/// with the skip as without it (see `affinity_growth_run`).
+#[test]
+fn a_waiting_job_allowed_more_cpus_is_checked_again() {
+    let fast = affinity_growth_run(Box::new(vassal_policies::edf::Edf::new(ms(10))));
+    let reference = affinity_growth_run(Box::new(vassal_policies::edf::Edf::new(ms(10)).checking_after_every_dispatch()));
+    assert_eq!(fast, reference);
+    assert_eq!(fast.1, Some(TaskId(3)), "W took CPU 0 from J");
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use vassal_core::driver::{self, Hooks};
 use vassal_core::{
-    Block, CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Ns, Policy, Position, Preempt, Reply, Request, SchedId, Sender,
-    TaskId, TaskParams, TaskState, Usage, Wake, MS,
+    Block, CpuId, CpuSet, Dispatched, Dispatcher, Driver, HierarchyConfig, Job, Ns, Policy, Position, Preempt, Reply, Request, SchedId,
+    Sender, TaskId, TaskParams, TaskState, Usage, Wake, MS,
 };
 
 /// One accepted decision.
@@ -355,4 +355,93 @@ pub fn random_ops(s: &mut Sim, ops: &RandomOps) {
         }
     }
     assert_no_double_dispatch(s);
+}
+
+/// Random steps for the test that `edf`'s check after a dispatch is skipped only when it
+/// finds nothing: several wakes (and jobs announced to running tasks) at one instant
+/// before the decisions, so that checks count on CPUs asked already; blocks; affinity and
+/// swap changes the policy is not told of; time passing. Returns every dispatch and every
+/// reschedule asked for.
+pub fn random_job_run(seed: u64, ncpus: u16, policy: Box<dyn Policy>) -> (Vec<Disp>, Vec<(Ns, CpuId)>) {
+    let mut rnd = xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut s = Sim::new(ncpus, policy);
+    let all = CpuSet::first(ncpus);
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let period = ms(1 + rnd(8)) as i64;
+        // Mostly free to run anywhere; some pinned to a random subset.
+        let aff = if i % 3 == 0 { CpuSet((1 + rnd(all.0)) & all.0) } else { all };
+        let aff = if aff.is_empty() { all } else { aff };
+        let deadline = period - rnd(period as u64 / 2) as i64;
+        tasks.push((s.add(&[("period", period), ("deadline", deadline), ("priority", rnd(4) as i64)], Some(aff), false), period));
+    }
+    for _ in 0..300 {
+        match rnd(10) {
+            0..=3 => {
+                // A burst of wakes and next jobs at this instant, then the decisions.
+                for _ in 0..1 + rnd(4) {
+                    let (t, period) = tasks[rnd(tasks.len() as u64) as usize];
+                    let job = Job { release: s.now, deadline: s.now + period as Ns };
+                    match s.drv.disp.state(t) {
+                        TaskState::Blocked => {
+                            if rnd(2) == 0 {
+                                s.drv.disp.job(s.now, t, job);
+                            }
+                            s.drv.disp.wake(s.now, t, Wake { voluntary: true, ..Wake::default() });
+                        }
+                        TaskState::Running(_) => s.drv.disp.job(s.now, t, job),
+                        _ => {}
+                    }
+                }
+                s.settle();
+            }
+            4 | 5 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                if s.drv.disp.state(t).is_runnable() {
+                    s.block(t);
+                }
+            }
+            6 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                let aff = CpuSet(rnd(all.0 + 1) & all.0);
+                if !aff.is_empty() {
+                    s.drv.disp.set_affinity(s.now, t, aff);
+                    s.settle();
+                }
+            }
+            7 => {
+                let (t, _) = tasks[rnd(tasks.len() as u64) as usize];
+                s.drv.disp.set_loaded(s.now, t, rnd(3) != 0);
+                s.settle();
+            }
+            _ => {
+                let until = s.now + rnd(ms(3));
+                s.run_until(until);
+            }
+        }
+    }
+    (s.log.clone(), s.rescheds.clone())
+}
+
+/// A waiting job allowed more CPUs while it waits (the policy is not told): on 3 CPUs, J
+/// (period 100 ms), K (10 ms) and L (150 ms) run; W (50 ms), pinned to CPU 1 where K
+/// runs, wakes and waits; W's affinity then grows to every CPU; M (1 ms), pinned to CPU
+/// 2, wakes and takes it from L. After that dispatch the first waiting job, W, must be
+/// checked again and take CPU 0 from J. Returns the dispatches and what runs on CPU 0.
+pub fn affinity_growth_run(policy: Box<dyn Policy>) -> (Vec<Disp>, Option<TaskId>) {
+    let mut s = Sim::new(3, policy);
+    let j = s.add(&[("period", ms(100) as i64)], None, true);
+    let _k = s.add(&[("period", ms(10) as i64)], None, true);
+    let l = s.add(&[("period", ms(150) as i64)], None, true);
+    assert_eq!(s.running_task(0), Some(j));
+    assert_eq!(s.running_task(2), Some(l));
+    let w = s.add(&[("period", ms(50) as i64)], Some(CpuSet(0b010)), false);
+    let m = s.add(&[("period", ms(1) as i64)], Some(CpuSet(0b100)), false);
+    // A decision that leaves every job where it is (and nothing waiting).
+    s.schedule(CpuId(2), Preempt::Resched);
+    s.wake(w);
+    assert!(s.drv.disp.set_affinity(s.now, w, CpuSet::first(3)));
+    s.settle();
+    s.wake(m);
+    (s.log.clone(), s.running_task(0))
 }
