@@ -55,6 +55,12 @@ fn primary(k: Key) -> (u8, u64) {
     (k.0, k.1)
 }
 
+/// Whether a task allowed on `aff` may run on every CPU of the machine.
+fn everywhere(ctx: &Ctx, aff: CpuSet) -> bool {
+    let all = CpuSet::first(ctx.ncpus());
+    aff.0 & all.0 == all.0
+}
+
 /// What happens to a job still unfinished at its deadline (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Late {
@@ -213,8 +219,7 @@ impl Edf {
         let Some(t) = self.table.get(id).copied() else { return };
         let key = t.key(id);
         let aff = ctx.affinity(id);
-        let all = CpuSet::first(ctx.ncpus());
-        if aff.0 & all.0 != all.0 {
+        if !everywhere(ctx, aff) {
             // It may be allowed more CPUs later without this policy being told.
             self.recheck = true;
         }
@@ -268,7 +273,7 @@ impl Edf {
             return;
         };
         let first = TaskId(first);
-        let everywhere = ctx.affinity(first).0 & CpuSet::first(ctx.ncpus()).0 == CpuSet::first(ctx.ncpus()).0;
+        let everywhere = everywhere(ctx, ctx.affinity(first));
         if !self.recheck && everywhere {
             return;
         }
