@@ -190,3 +190,18 @@ fn the_wake_latency_delays_each_wake_up_from_a_sleep() {
     sc.machine.wake_latency = 50_000;
     assert_eq!(cpu_ms(&run(sc), "a"), 488.0);
 }
+
+/// An `instance` count is bounded by the scenario's task limit (a file asking for 2^32
+/// threads used to be accepted and then never finished building), per thread and in all.
+#[test]
+fn instance_counts_beyond_the_task_limit_are_refused() {
+    let one = |n: u64| format!(r#"{{ "global": {{ "duration": 1 }}, "tasks": {{ "a": {{ "instance": {n}, "run": 1000 }} }} }}"#);
+    let e = parse(&one(4_294_967_296)).unwrap_err();
+    assert!(e.starts_with("1:") && e.contains("tasks.a.instance") && e.contains("at most 100000"), "{e}");
+    assert!(parse(&one(3)).is_ok());
+    let two = r#"{ "global": { "duration": 1 }, "tasks": {
+        "a": { "instance": 60000, "run": 1000 },
+        "b": { "instance": 40001, "run": 1000 } } }"#;
+    let e = parse(two).unwrap_err();
+    assert!(e.contains("tasks.b") && e.contains("more than 100000"), "{e}");
+}

@@ -11,6 +11,7 @@ use super::json::Pos;
 use super::model::{err, Cpus, Error, EventKind, Policy, RtApp, Sched, Thread};
 use super::Options;
 use crate::model::{Behaviour, ClockMode, Dist, Machine, Phase, PolicySpec, Scenario, SchedSel, SchedulerSpec, SyncOp, TaskSpec};
+use crate::scenario::MAX_TASKS;
 
 /// CFS's nice-to-weight table (Linux kernel/sched/core.c, `sched_prio_to_weight`):
 /// nice -20 .. 19.
@@ -122,6 +123,17 @@ pub fn to_scenario_with_loops(app: &RtApp, name: &str, opts: &Options) -> Result
     if live.is_empty() {
         let at = app.threads.first().map_or(Pos::default(), |t| t.at);
         return Err(err(at, "tasks", "every thread has instance 0; nothing to simulate"));
+    }
+    let mut total: u64 = 0;
+    for t in &live {
+        total += t.instances;
+        if total > MAX_TASKS as u64 {
+            return Err(err(
+                t.at,
+                &format!("tasks.{}", t.name),
+                format!("too many threads in all (more than {MAX_TASKS}, counting instances)"),
+            ));
+        }
     }
     let kind = opts.policy.clone().unwrap_or_else(|| "bvt".to_string());
     vassal_policies::build(&kind, &BTreeMap::new()).map_err(|e| err(Pos::default(), "--policy", e))?;

@@ -564,6 +564,13 @@ fn thread(name: &str, m: &Member, global: &Global) -> Result<Thread, Error> {
                 let xv = value(x, &p)?;
                 let n = int(xv, &p)?;
                 t.instances = u64::try_from(n).map_err(|_| err(xv.at, &p, format!("instance must be >= 0, found {n}")))?;
+                if t.instances > crate::scenario::MAX_TASKS as u64 {
+                    return Err(err(
+                        xv.at,
+                        &p,
+                        format!("instance must be at most {} (the task limit), found {n}", crate::scenario::MAX_TASKS),
+                    ));
+                }
             }
             "delay" => t.delay = micros(value(x, &p)?, &p)?,
             "cpus" => t.cpus = Some(cpus(value(x, &p)?, &p)?),
