@@ -213,6 +213,8 @@ pub struct Dispatcher {
     pending_eject: Vec<(SchedId, String)>,
     /// Some registered policy uses `on_run` (see [`Dispatcher::accounts_runs`]).
     runs: bool,
+    /// Some registered scheduler is contained (see [`Dispatcher::containing`]).
+    contained: bool,
 }
 
 impl Dispatcher {
@@ -245,6 +247,7 @@ impl Dispatcher {
             stats: DispatchStats::default(),
             pending_eject: Vec::new(),
             runs,
+            contained: false,
         }
     }
 
@@ -511,6 +514,7 @@ impl Dispatcher {
         }
         let mut departing = self.scheds.remove(idx);
         self.runs = self.scheds.iter().any(|s| s.runs);
+        self.contained = self.scheds.iter().any(|s| s.guard.is_some());
         let mut log = Vec::new();
         departing.policy.drain_log(&mut log);
         self.departed_logs.extend(log.into_iter().map(|l| (departing.name.clone(), l)));
@@ -572,6 +576,7 @@ impl Dispatcher {
             return Err(RegisterError::DefaultScheduler);
         }
         self.scheds[idx].guard = Some(guard);
+        self.contained = true;
         Ok(())
     }
 
@@ -590,7 +595,7 @@ impl Dispatcher {
     /// [`Dispatcher::eject_failed`] and [`Dispatcher::next_watchdog`] have nothing to do
     /// (a mechanism may skip them after each event).
     pub fn containing(&self) -> bool {
-        !self.pending_eject.is_empty() || self.scheds.iter().any(|s| s.guard.is_some())
+        self.contained || !self.pending_eject.is_empty()
     }
 
     /// Carries out the containment of distrusted schedulers ([`Containment`]): runs the

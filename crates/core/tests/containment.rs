@@ -62,7 +62,9 @@ fn an_invalid_decision_ejects_a_contained_scheduler_only() {
     let (mut d, _defp, log) = dispatcher(1);
     let (free, freep) = add_sched(&mut d, &log, "free", 20, Position::Top);
     let (jail, jailp) = add_sched(&mut d, &log, "jail", 20, Position::Top);
+    assert!(!d.containing());
     d.contain(jail, Containment { watchdog: None }).unwrap();
+    assert!(d.containing());
     let a = task(&mut d);
     let other = task(&mut d);
     assert_eq!(join(&mut d, jail, a), Reply::Ok);
@@ -85,6 +87,8 @@ fn an_invalid_decision_ejects_a_contained_scheduler_only() {
     assert_eq!(ej[0].reason, "invalid decision (task1 on cpu0): task belongs to another scheduler");
     assert_eq!(ej[0].moved, vec![(a, free)]);
     assert_eq!(names(&d), ["free", "def"]);
+    // Nothing is contained any more: the mechanism may skip containment after each event.
+    assert!(!d.containing());
     let logs = d.drain_logs();
     assert!(logs.iter().any(|(n, l)| n == "jail" && l.text.starts_with("ejected: invalid decision")), "{logs:?}");
     d.check_invariants().unwrap();
