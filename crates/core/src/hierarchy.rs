@@ -163,6 +163,33 @@ struct TaskRec {
 pub(crate) struct Tasks {
     recs: Vec<TaskRec>,
     cpus: Vec<Option<TaskId>>,
+    /// The CPUs whose `cpus` entry is None (kept with it, for `kick_cpu`).
+    idle: CpuSet,
+}
+
+impl Tasks {
+    /// Records that `task` runs on `cpu`, started by `by`; whether it migrated.
+    fn occupy(&mut self, cpu: CpuId, task: TaskId, by: SchedId) -> bool {
+        let rec = &mut self.recs[task.0 as usize];
+        let migrated = rec.last_cpu.is_some_and(|c| c != cpu);
+        rec.state = TaskState::Running(cpu);
+        rec.ran_by = Some(by);
+        rec.last_cpu = Some(cpu);
+        self.cpus[cpu.0 as usize] = Some(task);
+        self.idle.0 &= !CpuSet::only(cpu).0;
+        migrated
+    }
+
+    /// `task` no longer runs: the CPU it ran on, if it was running.
+    fn vacate(&mut self, task: TaskId) -> Option<CpuId> {
+        let rec = &mut self.recs[task.0 as usize];
+        let TaskState::Running(cpu) = rec.state else { return None };
+        rec.state = TaskState::Runnable;
+        rec.ran_by = None;
+        self.cpus[cpu.0 as usize] = None;
+        self.idle.0 |= CpuSet::only(cpu).0;
+        Some(cpu)
+    }
 }
 
 impl TaskView for Tasks {
@@ -238,7 +265,7 @@ impl Dispatcher {
                 runs,
             }],
             next_sched: 1,
-            tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize] },
+            tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize], idle: CpuSet::first(ncpus) },
             effects: Vec::new(),
             exclusive: Vec::new(),
             pending_exclusive: Vec::new(),
@@ -714,15 +741,7 @@ impl Dispatcher {
     }
 
     fn stop_running(&mut self, task: TaskId) -> Option<CpuId> {
-        let rec = &mut self.tasks.recs[task.0 as usize];
-        if let TaskState::Running(cpu) = rec.state {
-            rec.state = TaskState::Runnable;
-            rec.ran_by = None;
-            self.tasks.cpus[cpu.0 as usize] = None;
-            Some(cpu)
-        } else {
-            None
-        }
+        self.tasks.vacate(task)
     }
 
     /// Asks for a decision on one CPU where the runnable `task` could run now: an idle
@@ -742,8 +761,15 @@ impl Dispatcher {
         let rec = &self.tasks.recs[task.0 as usize];
         let free =
             |c: CpuId| !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now) && Some(c) != except;
-        let idle = |c: CpuId| self.tasks.cpus[c.0 as usize].is_none() && free(c);
-        let mut cpu = rec.last_cpu.filter(|&c| idle(c)).or_else(|| (0..self.ncpus).map(CpuId).find(|&c| idle(c)));
+        // The idle CPUs it may use (its last one first), by the idle set: on a busy
+        // machine, the usual case, nothing is visited.
+        let idle = CpuSet(self.tasks.idle.0 & rec.affinity.0);
+        let idle_free = |c: CpuId| idle.contains(c) && free(c);
+        let mut cpu = if idle.is_empty() || rec.swapped_out {
+            None
+        } else {
+            rec.last_cpu.filter(|&c| idle_free(c)).or_else(|| idle.iter().find(|&c| idle_free(c)))
+        };
         if cpu.is_none() {
             let Some(owner) = self.index_of(rec.owner) else {
                 return;
@@ -1021,12 +1047,7 @@ impl Dispatcher {
     }
 
     fn start(&mut self, now: Ns, cpu: CpuId, task: TaskId, by: SchedId) -> bool {
-        let rec = &mut self.tasks.recs[task.0 as usize];
-        let migrated = rec.last_cpu.is_some_and(|c| c != cpu);
-        rec.state = TaskState::Running(cpu);
-        rec.ran_by = Some(by);
-        rec.last_cpu = Some(cpu);
-        self.tasks.cpus[cpu.0 as usize] = Some(task);
+        let migrated = self.tasks.occupy(cpu, task, by);
         self.notify(task, now, |p, ctx| p.on_dispatch(ctx, task, cpu));
         migrated
     }
@@ -1116,6 +1137,10 @@ impl Dispatcher {
 
     /// Checks the dispatcher's invariants; for tests and the simulator's debug checks.
     pub fn check_invariants(&self) -> Result<(), String> {
+        let idle: CpuSet = (0..self.ncpus).map(CpuId).filter(|c| self.tasks.cpus[c.0 as usize].is_none()).collect();
+        if idle != self.tasks.idle {
+            return Err(format!("the idle set is {:#x}, the CPUs say {:#x}", self.tasks.idle.0, idle.0));
+        }
         for (c, t) in self.tasks.cpus.iter().enumerate() {
             if let Some(t) = t {
                 let st = self.tasks.state(*t);
