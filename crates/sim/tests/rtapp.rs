@@ -205,3 +205,13 @@ fn instance_counts_beyond_the_task_limit_are_refused() {
     let e = parse(two).unwrap_err();
     assert!(e.contains("tasks.b") && e.contains("more than 100000"), "{e}");
 }
+
+/// A bad command-line option is named without a place in the file (there is none).
+#[test]
+fn an_option_error_names_the_option_not_a_place() {
+    let json = r#"{ "tasks": { "a": { "run": 1000 } } }"#;
+    let e = parse_rtapp(json, "t", &Options { policy: Some("nonesuch".into()), ..Options::default() }).unwrap_err();
+    assert!(e.starts_with("--policy: unknown policy 'nonesuch'"), "{e}");
+    let e = parse_rtapp(json, "t", &Options { cpus: Some(0), ..Options::default() }).unwrap_err();
+    assert!(e.starts_with("--cpus: must be between 1 and 64"), "{e}");
+}

@@ -68,7 +68,9 @@ pub fn read(text: &str) -> Result<model::RtApp, String> {
 pub fn load_rtapp(path: &Path, opts: &Options) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let name = path.file_stem().map_or("rt-app".to_string(), |s| s.to_string_lossy().to_string());
-    parse_rtapp(&text, &name, opts).map_err(|e| format!("{}:{e}", path.display()))
+    // "FILE:LINE:COL: …" for a place in the file, "FILE: …" otherwise.
+    let sep = |e: &str| if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
+    parse_rtapp(&text, &name, opts).map_err(|e| format!("{}{}{e}", path.display(), sep(&e)))
 }
 
 /// Builds a scenario named `name` from rt-app JSON text. Errors: "LINE:COL: PATH: message".

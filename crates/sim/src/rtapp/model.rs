@@ -18,7 +18,8 @@ use vassal_core::{Ns, US};
 
 use super::json::{Kind, Member, Pos, Value};
 
-/// An error at a place in the file: "LINE:COL: PATH: message".
+/// An error at a place in the file: "LINE:COL: PATH: message" — or "PATH: message" for
+/// one that is not in the file (`at` is `Pos::default()`: a command-line option).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub at: Pos,
@@ -28,11 +29,13 @@ pub struct Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}: {}", self.at, self.msg)
-        } else {
-            write!(f, "{}: {}: {}", self.at, self.path, self.msg)
+        if self.at != Pos::default() {
+            write!(f, "{}: ", self.at)?;
         }
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        write!(f, "{}", self.msg)
     }
 }
 
