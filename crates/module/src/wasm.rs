@@ -218,7 +218,9 @@ fn compiled(bytes: &[u8]) -> Result<(&'static Engine, Module), LoadError> {
     if let Some((_, m)) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(b, _)| b == bytes) {
         return Ok((engine, m.clone()));
     }
-    let module = Module::new(engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+    // On one line: the parser's messages may print byte arrays one per line.
+    let module =
+        Module::new(engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" ")))?;
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= KEEP {
         cache.remove(0);
