@@ -17,8 +17,8 @@ pub enum DurationError {
     Empty,
     #[error("duration \"{0}\" has no unit; expected one of ns, us, ms, s (e.g. \"{0}ms\")")]
     MissingUnit(String),
-    #[error("duration \"{0}\" has an unknown unit; expected one of ns, us, ms, s")]
-    UnknownUnit(String),
+    #[error("duration \"{0}\" has an unknown unit \"{1}\"; expected one of ns, us, ms, s (and no exponent)")]
+    UnknownUnit(String, String),
     #[error("duration \"{0}\" is negative; durations must be zero or more")]
     Negative(String),
     #[error("duration \"{0}\" is not a number with a unit, e.g. \"1.5ms\"")]
@@ -48,7 +48,7 @@ pub fn parse_duration(text: &str) -> Result<Ns, DurationError> {
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
         "s" => 1_000_000_000,
-        _ => return Err(DurationError::UnknownUnit(s.to_string())),
+        _ => return Err(DurationError::UnknownUnit(s.to_string(), unit.to_string())),
     };
     // Exact decimal arithmetic: integer part and fraction scaled separately.
     let (int, frac) = num.split_once('.').unwrap_or((&num, ""));
@@ -98,7 +98,9 @@ mod tests {
     fn refuses_bad_durations() {
         assert!(matches!(parse_duration("10"), Err(DurationError::MissingUnit(_))));
         assert!(matches!(parse_duration("-5ms"), Err(DurationError::Negative(_))));
-        assert!(matches!(parse_duration("5 parsecs"), Err(DurationError::UnknownUnit(_))));
+        assert!(matches!(parse_duration("5 parsecs"), Err(DurationError::UnknownUnit(_, u)) if u == "parsecs"));
+        let e = parse_duration("1e3ms").unwrap_err().to_string();
+        assert_eq!(e, "duration \"1e3ms\" has an unknown unit \"e3ms\"; expected one of ns, us, ms, s (and no exponent)");
         assert!(matches!(parse_duration("ms"), Err(DurationError::NotANumber(_))));
         assert!(matches!(parse_duration("1.2.3ms"), Err(DurationError::NotANumber(_))));
         assert!(matches!(parse_duration("0.5ns"), Err(DurationError::NotANumber(_))));
