@@ -755,3 +755,35 @@ fn documented_error_texts() {
         .collect();
     assert!(missing.is_empty(), "docs/scenario.md does not show these errors verbatim:\n{}", missing.join("\n"));
 }
+
+/// Every whole scenario shown in docs/scenario.md (a block with `until` and `[machine]`)
+/// runs as shown, unless it is there to show an error, which the page then shows
+/// verbatim (after the file name): a reader who copies one gets what the page says.
+#[test]
+fn documented_scenarios_run_or_show_their_error() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scenario.md")).unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(code, _)| code))
+        .filter(|b| b.contains("until =") && b.contains("[machine]"))
+        .collect();
+    assert!(blocks.len() >= 3, "{} blocks", blocks.len());
+    let mut ran = 0;
+    for b in blocks {
+        match parse_scenario(b, "doc.toml") {
+            Ok(sc) => {
+                let mut sim = vassal_sim::Sim::new(sc).unwrap_or_else(|e| panic!("{e}\n{b}"));
+                sim.set_checks(true);
+                sim.run().unwrap_or_else(|e| panic!("{e}\n{b}"));
+                ran += 1;
+            }
+            Err(e) => {
+                let e = e.to_string();
+                let shown = e.strip_prefix("doc.toml").unwrap_or(&e);
+                assert!(doc.contains(shown), "a scenario in docs/scenario.md fails with an error the page does not show: {e}\n{b}");
+            }
+        }
+    }
+    assert!(ran >= 1);
+}
