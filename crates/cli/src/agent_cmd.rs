@@ -270,12 +270,23 @@ fn parse_params(list: &[String]) -> Result<BTreeMap<String, i64>> {
         .collect()
 }
 
-/// UTIL/PERIOD, e.g. 0.25/16ms.
+/// UTIL/PERIOD, e.g. 0.25/16ms (the utilisation [`above_zero`]).
 fn parse_reserve(s: &str) -> Result<(f64, u64)> {
     let (u, p) = s.split_once('/').ok_or_else(|| anyhow!("reservation '{s}': expected UTIL/PERIOD, e.g. 0.25/16ms"))?;
     let util: f64 = u.trim().parse().with_context(|| format!("reservation '{s}': utilisation '{u}'"))?;
+    above_zero(util).with_context(|| format!("reservation '{s}': utilisation"))?;
     let period = parse_duration(p).with_context(|| format!("reservation '{s}': period '{p}'"))?;
     Ok((util, period))
+}
+
+/// A number of CPUs or a fraction of one: finite and above 0. JSON has no NaN or infinity
+/// (serde_json would send `null`, which the agent could only call a malformed request);
+/// the agent and each scheduler check their own ranges.
+fn above_zero(v: f64) -> Result<f64> {
+    if !(v.is_finite() && v > 0.0) {
+        bail!("{v} must be a finite number above 0 (e.g. 0.25)");
+    }
+    Ok(v)
 }
 
 fn parse_usage(s: &str) -> Result<UsageSpec> {
@@ -283,13 +294,15 @@ fn parse_usage(s: &str) -> Result<UsageSpec> {
         return Ok(UsageSpec::BestEffort);
     }
     if let Some(c) = s.strip_prefix("reserved:") {
-        return Ok(UsageSpec::Reserved { cpus: c.parse().with_context(|| format!("--usage {s}"))? });
+        let cpus = c.parse().with_context(|| format!("--usage {s}"))?;
+        return Ok(UsageSpec::Reserved { cpus: above_zero(cpus).with_context(|| format!("--usage {s}"))? });
     }
     if let Some(rest) = s.strip_prefix("hard:") {
         let (u, cpus) = rest.split_once('@').ok_or_else(|| anyhow!("--usage {s}: expected hard:UTIL@CPU,CPU"))?;
         let cpus =
             cpus.split(',').map(|c| c.trim().parse::<u16>()).collect::<Result<Vec<_>, _>>().with_context(|| format!("--usage {s}"))?;
-        return Ok(UsageSpec::HardTime { util: u.parse().with_context(|| format!("--usage {s}"))?, cpus });
+        let util = u.parse().with_context(|| format!("--usage {s}"))?;
+        return Ok(UsageSpec::HardTime { util: above_zero(util).with_context(|| format!("--usage {s}"))?, cpus });
     }
     bail!("--usage {s}: expected reserved:CPUS, hard:UTIL@CPU,CPU or best-effort")
 }
