@@ -759,17 +759,12 @@ impl Dispatcher {
     /// alternates between guests, preempt back and forth forever at one instant).
     fn kick_cpu_except(&mut self, now: Ns, task: TaskId, except: Option<CpuId>) {
         let rec = &self.tasks.recs[task.0 as usize];
-        let free =
-            |c: CpuId| !rec.swapped_out && rec.affinity.contains(c) && self.kicked_at[c.0 as usize] != Some(now) && Some(c) != except;
-        // The idle CPUs it may use (its last one first), by the idle set: on a busy
-        // machine, the usual case, nothing is visited.
-        let idle = CpuSet(self.tasks.idle.0 & rec.affinity.0);
-        let idle_free = |c: CpuId| idle.contains(c) && free(c);
-        let mut cpu = if idle.is_empty() || rec.swapped_out {
-            None
-        } else {
-            rec.last_cpu.filter(|&c| idle_free(c)).or_else(|| idle.iter().find(|&c| idle_free(c)))
-        };
+        let allowed = if rec.swapped_out { CpuSet::NONE } else { CpuSet(rec.affinity.0 & !except.map_or(0, |c| CpuSet::only(c).0)) };
+        let free = |c: CpuId| allowed.contains(c) && self.kicked_at[c.0 as usize] != Some(now);
+        // The idle CPUs it may use (its last one first), through the idle set: on a busy
+        // machine, the usual case, none is visited.
+        let idle = CpuSet(self.tasks.idle.0 & allowed.0);
+        let mut cpu = rec.last_cpu.filter(|&c| idle.contains(c) && free(c)).or_else(|| idle.iter().find(|&c| free(c)));
         if cpu.is_none() {
             let Some(owner) = self.index_of(rec.owner) else {
                 return;
