@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use vassal_core::{Ns, US};
 
 use super::json::{Kind, Member, Pos, Value};
+use crate::scenario::MAX_TASKS;
 
 /// An error at a place in the file: "LINE:COL: PATH: message" — or "PATH: message" for
 /// one that is not in the file (`at` is `Pos::default()`: a command-line option).
@@ -567,12 +568,8 @@ fn thread(name: &str, m: &Member, global: &Global) -> Result<Thread, Error> {
                 let xv = value(x, &p)?;
                 let n = int(xv, &p)?;
                 t.instances = u64::try_from(n).map_err(|_| err(xv.at, &p, format!("instance must be >= 0, found {n}")))?;
-                if t.instances > crate::scenario::MAX_TASKS as u64 {
-                    return Err(err(
-                        xv.at,
-                        &p,
-                        format!("instance must be at most {} (the task limit), found {n}", crate::scenario::MAX_TASKS),
-                    ));
+                if t.instances > MAX_TASKS as u64 {
+                    return Err(err(xv.at, &p, format!("instance must be at most {MAX_TASKS} (the task limit), found {n}")));
                 }
             }
             "delay" => t.delay = micros(value(x, &p)?, &p)?,
