@@ -193,6 +193,9 @@ impl<K: TimerKey, V> Driver<K, V> {
 /// Applies the effects the policies asked for (rule 1).
 fn apply_effects<K: TimerKey, V, H: Hooks<K, V> + ?Sized>(h: &mut H, now: Ns) {
     let drv = h.driver();
+    if !drv.disp.has_effects() {
+        return;
+    }
     let mut fx = std::mem::take(&mut drv.effects);
     drv.disp.drain_effects(&mut fx);
     for e in fx.drain(..) {

@@ -353,6 +353,12 @@ impl Dispatcher {
         all
     }
 
+    /// Whether any effect waits to be drained.
+    #[inline]
+    pub fn has_effects(&self) -> bool {
+        !self.effects.is_empty()
+    }
+
     /// Moves the effects policies asked for into `out` (which is cleared first).
     pub fn drain_effects(&mut self, out: &mut Vec<Effect>) {
         out.clear();
