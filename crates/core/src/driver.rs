@@ -157,6 +157,13 @@ impl<K: TimerKey, V> Driver<K, V> {
         self.timers.at(&Key::Event(sched, token))
     }
 
+    /// Whether one of the mechanism's timers with a lane ([`TimerKey::lane`]) is due by
+    /// `now` (false: none is, and they need not be looked at one by one).
+    #[inline]
+    pub fn lane_due(&self, now: Ns) -> bool {
+        self.timers.next_lane_deadline().is_some_and(|at| at <= now)
+    }
+
     /// When the earliest timer (scheduler event or the mechanism's own) is due.
     pub fn next_deadline(&self) -> Option<Ns> {
         self.timers.next_deadline()

@@ -66,6 +66,9 @@ impl Sim {
     /// cancelled timer, so it counts once in `totals.events` (events handled + timers
     /// dropped), as it would have popped.
     pub(super) fn cpu_timers_due(&mut self) {
+        if !self.drv.lane_due(self.now) {
+            return; // no CPU's timer is due (they are the only timers with a lane)
+        }
         for c in 0..self.cpus.len() {
             let key = Timer::Cpu(c as u16);
             if self.drv.timer_at(key) == Some(self.now) {
