@@ -86,6 +86,55 @@ behaviour = { kind = "interactive", burst = "5ms", think = "1s" }
     assert_eq!((l.response.count, l.response.max_ns), (1, 10_000_000));
 }
 
+/// H (priority 2): 5 ms every 10 ms; `low` (priority 1) needs 10 ms from `from`, and
+/// runs in H's gaps: it finishes exactly when H releases a job (20 ms after it started).
+fn low_under_h(clock: &str, low: &str, extra: &str) -> String {
+    format!(
+        r#"until = "100ms"
+[machine]
+cpus = 1
+clock = "{clock}"
+hz = 1000
+[default]
+policy = "fps"
+{extra}
+[[task]]
+name = "H"
+params = {{ priority = 2 }}
+behaviour = {{ kind = "periodic", period = "10ms", exec = "5ms" }}
+[[task]]
+name = "low"
+params = {{ priority = 1 }}
+behaviour = {low}
+"#
+    )
+}
+
+#[test]
+fn a_frame_decoded_as_a_higher_priority_job_is_released_is_shown_on_time() {
+    // Each 20 ms frame decodes in H's gaps (5..10, 15..20 ms of its period) and is done
+    // exactly at its ideal time, as H releases: shown then, on time (1 ms allowed). Shown
+    // after H's next job instead, it would be 5 ms late.
+    for clock in ["oneshot", "tick"] {
+        let r = run(&low_under_h(clock, r#"{ kind = "player", period = "20ms", exec = "10ms", late_after = "1ms" }"#, ""));
+        // frames shown at 20, 40, 60, 80 and 100 ms; the one decoding at the horizon is pending
+        assert_eq!(counts(&r, "low"), (5, 0, 1, 20_000_000), "{clock}");
+        assert_eq!(r.task("low").unwrap().response.min_ns, 20_000_000, "{clock}");
+    }
+}
+
+#[test]
+fn an_interrupt_handled_as_a_higher_priority_job_is_released_responds_then() {
+    // Interrupts at 30 and 60 ms (and 90, unfinished at the horizon): each 10 ms handler
+    // run ends exactly at one of H's releases, 20 ms after its interrupt.
+    for clock in ["oneshot", "tick"] {
+        let irq = "[[interrupt]]\nvector = 3\nevery = \"30ms\"";
+        let r = run(&low_under_h(clock, r#"{ kind = "handler", vector = 3, work = "10ms" }"#, irq));
+        let low = r.task("low").unwrap();
+        assert_eq!((low.response.count, low.response.min_ns, low.response.max_ns), (2, 20_000_000, 20_000_000), "{clock}");
+    }
+}
+
 #[test]
 fn jobs_unfinished_at_the_horizon_are_missed_if_due_else_pending() {
     // One task needing 15 ms every 10 ms, 30 ms: job 0 ends at 15 (late), job 1 at 30
