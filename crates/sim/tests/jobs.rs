@@ -14,28 +14,26 @@ fn counts(r: &Report, name: &str) -> (u64, u64, u64, u64) {
     (t.jobs_met, t.jobs_missed, t.jobs_pending, t.response.max_ns)
 }
 
+/// One CPU under `clock` (1 ms ticks) until `until`, the default scheduler `fps`: the
+/// head of the scenarios below, which add the policy's parameters and the tasks.
+fn one_cpu_fps(clock: &str, until: &str) -> String {
+    format!("until = \"{until}\"\n[machine]\ncpus = 1\nclock = \"{clock}\"\nhz = 1000\n[default]\npolicy = \"fps\"\n")
+}
+
 /// Issue 16's smallest RM case: B (20 ms, 10 ms) finishes exactly at 20 and 40 ms, as A
 /// (10 ms, 5 ms) releases a job; it meets them. The clock must not matter.
 fn rm_case(clock: &str) -> String {
-    format!(
-        r#"until = "60ms"
-[machine]
-cpus = 1
-clock = "{clock}"
-hz = 1000
-[default]
-policy = "fps"
-params = {{ rm = true }}
+    one_cpu_fps(clock, "60ms")
+        + r#"params = { rm = true }
 [[task]]
 name = "A"
-params = {{ period = "10ms" }}
-behaviour = {{ kind = "periodic", period = "10ms", exec = "5ms" }}
+params = { period = "10ms" }
+behaviour = { kind = "periodic", period = "10ms", exec = "5ms" }
 [[task]]
 name = "B"
-params = {{ period = "20ms" }}
-behaviour = {{ kind = "periodic", period = "20ms", exec = "10ms" }}
+params = { period = "20ms" }
+behaviour = { kind = "periodic", period = "20ms", exec = "10ms" }
 "#
-    )
 }
 
 #[test]
@@ -86,18 +84,13 @@ behaviour = { kind = "interactive", burst = "5ms", think = "1s" }
     assert_eq!((l.response.count, l.response.max_ns), (1, 10_000_000));
 }
 
-/// H (priority 2): 5 ms every 10 ms; `low` (priority 1) needs 10 ms from `from`, and
-/// runs in H's gaps: it finishes exactly when H releases a job (20 ms after it started).
+/// H (priority 2): 5 ms every 10 ms; `low` (priority 1, behaviour `low`) needs 10 ms of
+/// CPU each time it has work and runs in H's gaps, so it finishes exactly as H releases
+/// a job, 20 ms after its work came. `extra` goes before the tasks (e.g. an interrupt).
 fn low_under_h(clock: &str, low: &str, extra: &str) -> String {
-    format!(
-        r#"until = "100ms"
-[machine]
-cpus = 1
-clock = "{clock}"
-hz = 1000
-[default]
-policy = "fps"
-{extra}
+    one_cpu_fps(clock, "100ms")
+        + &format!(
+            r#"{extra}
 [[task]]
 name = "H"
 params = {{ priority = 2 }}
@@ -107,7 +100,7 @@ name = "low"
 params = {{ priority = 1 }}
 behaviour = {low}
 "#
-    )
+        )
 }
 
 #[test]
