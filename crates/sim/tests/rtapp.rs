@@ -215,3 +215,58 @@ fn an_option_error_names_the_option_not_a_place() {
     let e = parse_rtapp(json, "t", &Options { cpus: Some(0), ..Options::default() }).unwrap_err();
     assert!(e.starts_with("--cpus: must be between 1 and 64"), "{e}");
 }
+
+/// An rt-app thread's iterations are jobs (docs/jobs.md): due at the expiry its timer
+/// waits for (rt-app's slack is the time left to it), released at the expiry its last
+/// wait was for. One CPU, 40 ms, absolute timers of 10 ms: `hi` (FIFO 50) runs 4 ms at
+/// 0, 10, 20, 30 and meets each; `lo` (FIFO 10) needs 7 ms and gets 6 of each 10, so it
+/// ends its iterations at 15, 26 and 37 ms (due 10, 20, 30: missed, responses 15, 16, 17
+/// ms), and the one under way at the horizon, due at 40, is missed too; `hi`'s iteration
+/// released at 40 is pending.
+#[test]
+fn timer_iterations_are_jobs_due_at_the_next_expiry() {
+    let json = r#"{ "global": { "duration": -1 }, "tasks": {
+        "hi": { "policy": "SCHED_FIFO", "priority": 50,
+                "run": 4000, "timer": { "ref": "uniqueH", "period": 10000, "mode": "absolute" } },
+        "lo": { "policy": "SCHED_FIFO", "priority": 10,
+                "run": 7000, "timer": { "ref": "uniqueL", "period": 10000, "mode": "absolute" } } } }"#;
+    let sc = parse_rtapp(json, "t", &Options { until: Some(40 * MS), ..Options::default() }).unwrap();
+    let mut sim = Sim::new(sc).unwrap();
+    sim.set_checks(true);
+    sim.record_trace();
+    let (r, trace) = sim.run_traced().unwrap();
+    let counts = |name: &str| {
+        let t = r.task(name).unwrap();
+        (t.jobs_met, t.jobs_missed, t.jobs_pending, t.response.max_ns)
+    };
+    assert_eq!(counts("hi"), (4, 0, 1, 4 * MS));
+    assert_eq!(counts("lo"), (0, 4, 0, 17 * MS));
+    let lo: Vec<(u64, u64, Option<u64>)> = trace.jobs.iter().filter(|j| j.task == 1).map(|j| (j.release, j.deadline, j.end)).collect();
+    let ms = |v: u64| v * MS;
+    assert_eq!(lo, [(0, ms(10), Some(ms(15))), (ms(10), ms(20), Some(ms(26))), (ms(20), ms(30), Some(ms(37))), (ms(30), ms(40), None)]);
+}
+
+/// On every shipped example, the jobs a thread missed are the timer steps it took after
+/// their expiry (rt-app's negative slack, what `vassal twin` counts as missed), read from
+/// the trace's step marks, plus the iteration unfinished at the horizon past its expiry.
+#[test]
+fn missed_jobs_are_the_negative_slacks_of_rt_app() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    files.sort();
+    let mut with_jobs = 0;
+    for f in &files {
+        let sc = load_rtapp(f, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut sim = Sim::new(sc).unwrap();
+        sim.record_trace();
+        let (r, trace) = sim.run_traced().unwrap();
+        for (i, t) in r.tasks.iter().enumerate() {
+            let late_steps = trace.steps.iter().filter(|m| m.task == i && m.expiry.is_some_and(|e| m.at > e)).count() as u64;
+            let unfinished_late = trace.jobs.iter().filter(|j| j.task == i && j.end.is_none() && j.deadline <= r.elapsed_ns).count() as u64;
+            assert_eq!(t.jobs_missed, late_steps + unfinished_late, "{}: {}", f.display(), t.name);
+            with_jobs += usize::from(t.jobs_met + t.jobs_missed > 0);
+        }
+    }
+    assert!(with_jobs >= 3, "the examples have periodic threads");
+}

@@ -108,7 +108,7 @@ pub struct Trace {
     /// Scheduler events (Vassal's SetSchedulerEvent) as they fired: (time, scheduler).
     pub events: Vec<(Ns, String)>,
     /// Every job with a deadline (periodic jobs, player frames, registered behaviours'
-    /// jobs) that finished, in the order they finished, then those unfinished at the
+    /// jobs, rt-app threads' timer iterations) that finished, in the order they finished, then those unfinished at the
     /// horizon (`end` None). Jobs abandoned by their behaviour are not listed.
     pub jobs: Vec<JobRecord>,
     /// Every step of a scripted task as it was taken, in order (a synchronisation step
@@ -232,6 +232,7 @@ impl Sim {
                 loops: Vec::new(),
                 run_until: None,
                 rt_timers: Vec::new(),
+                rt_release: None,
                 io: None,
             });
         }

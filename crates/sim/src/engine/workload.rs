@@ -77,6 +77,9 @@ pub(super) struct SimTask {
     pub(super) run_until: Option<Ns>,
     /// The last expiry of each of the task's rt-app timers (`RtTimer`), by number.
     pub(super) rt_timers: Vec<Option<Ns>>,
+    /// An rt-app thread's iteration under way is a job released here: the expiry its
+    /// last timer wait was for (None: its start; docs/jobs.md).
+    pub(super) rt_release: Option<Ns>,
     /// A disk transfer the task asked for as it blocked, not yet queued: (drive, time).
     pub(super) io: Option<(usize, Ns)>,
 }
@@ -392,16 +395,25 @@ impl Sim {
                     if let Some(m) = self.trace.as_mut().and_then(|tr| tr.steps.last_mut()) {
                         m.expiry = Some(next);
                     }
+                    // The iteration that reaches its timer here is a job due at the expiry
+                    // it waits for (rt-app's slack is the time left to it), released at
+                    // the expiry its last wait was for; a loop that starts with its timer
+                    // has nothing before the first one (docs/jobs.md).
+                    let release = self.tasks[i].rt_release.unwrap_or(start);
+                    if now > release {
+                        self.job_done(i, release, now, next);
+                    }
+                    // late: no sleep (rt-app); relative mode restarts the timer from now
+                    let expiry = if now < next || !relative { next } else { now };
+                    self.tasks[i].rt_release = Some(expiry);
                     let timers = match (shared, self.sync.as_deref_mut()) {
                         (true, Some(s)) => &mut s.timers,
                         _ => &mut self.tasks[i].rt_timers,
                     };
+                    timers[timer] = Some(expiry);
                     if now < next {
-                        timers[timer] = Some(next);
                         return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
                     }
-                    // late: no sleep (rt-app); relative mode restarts the timer from now
-                    timers[timer] = Some(if relative { now } else { next });
                 }
                 Phase::Sync(op) => {
                     // carried out on a CPU: a task reaching it while waking runs first
@@ -522,6 +534,7 @@ impl Sim {
                 (&Behaviour::Player { period, late_after, .. }, Work::Frame { ideal }) => {
                     vec![(ideal.saturating_sub(period), ideal.saturating_add(late_after))]
                 }
+                (Behaviour::Script { phases, .. }, _) => self.rt_open_job(i, phases).into_iter().collect(),
                 _ => Vec::new(),
             };
             if matches!(t.wait, Wait::NotStarted) {
@@ -538,6 +551,30 @@ impl Sim {
                 }
             }
         }
+    }
+
+    /// An rt-app thread's iteration under way at the horizon (None for a script without
+    /// rt-app timers, or one waiting for an expiry past the horizon): released at the
+    /// expiry its last timer wait was for (or its start), due at the expiry its next
+    /// timer would wait for if it reached it now.
+    fn rt_open_job(&self, i: usize, phases: &[Phase]) -> Option<(Ns, Ns)> {
+        let t = &self.tasks[i];
+        if matches!(t.wait, Wait::Exited) || phases.is_empty() {
+            return None;
+        }
+        let n = phases.len();
+        let (period, timer, shared) = (0..n).find_map(|k| match phases[(t.phase + k) % n] {
+            Phase::RtTimer { period, timer, shared, .. } => Some((period, timer, shared)),
+            _ => None,
+        })?;
+        let start = self.sc.tasks[i].start;
+        let release = t.rt_release.unwrap_or(start);
+        let timers = match (shared, self.sync.as_deref()) {
+            (true, Some(s)) => &s.timers,
+            _ => &t.rt_timers,
+        };
+        let deadline = timers.get(timer).copied().flatten().unwrap_or(start).saturating_add(period);
+        (release <= self.sc.until).then_some((release, deadline))
     }
 
     /// A task that is not runnable continues its behaviour (start, timer, job, interrupt).
