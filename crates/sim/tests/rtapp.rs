@@ -22,12 +22,18 @@ fn cpu_ms(r: &Report, task: &str) -> f64 {
     r.task(task).unwrap_or_else(|| panic!("no task {task}")).cpu_ns as f64 / 1e6
 }
 
-#[test]
-fn every_example_runs() {
+/// The rt-app files in docs/examples/rt-app/, in name order.
+fn examples() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
     let mut files: Vec<_> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     files.sort();
+    files
+}
+
+#[test]
+fn every_example_runs() {
+    let files = examples();
     assert!(files.len() >= 3, "{files:?}");
     for f in &files {
         let sc = load_rtapp(f, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -251,12 +257,8 @@ fn timer_iterations_are_jobs_due_at_the_next_expiry() {
 /// the trace's step marks, plus the iteration unfinished at the horizon past its expiry.
 #[test]
 fn missed_jobs_are_the_negative_slacks_of_rt_app() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rt-app");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    files.sort();
     let mut with_jobs = 0;
-    for f in &files {
+    for f in &examples() {
         let sc = load_rtapp(f, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
         let mut sim = Sim::new(sc).unwrap();
         sim.record_trace();

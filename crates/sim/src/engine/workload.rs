@@ -381,17 +381,7 @@ impl Sim {
                 }
                 &Phase::RtTimer { period, relative, timer, shared } => {
                     self.metrics.iteration(i, false, now);
-                    // rt-app 1.0 (Debian's, measured: docs/rtapp.md) starts a timer at
-                    // the thread's start (its `delay`), not at its first use
-                    let start = self.sc.tasks[i].start;
-                    let timers = match (shared, self.sync.as_deref_mut()) {
-                        (true, Some(s)) => &mut s.timers,
-                        _ => &mut self.tasks[i].rt_timers,
-                    };
-                    if timers.len() <= timer {
-                        timers.resize(timer + 1, None);
-                    }
-                    let next = timers[timer].unwrap_or(start).saturating_add(period);
+                    let next = self.rt_next_expiry(i, timer, shared, period);
                     if let Some(m) = self.trace.as_mut().and_then(|tr| tr.steps.last_mut()) {
                         m.expiry = Some(next);
                     }
@@ -399,7 +389,7 @@ impl Sim {
                     // it waits for (rt-app's slack is the time left to it), released at
                     // the expiry its last wait was for; a loop that starts with its timer
                     // has nothing before the first one (docs/jobs.md).
-                    let release = self.tasks[i].rt_release.unwrap_or(start);
+                    let release = self.tasks[i].rt_release.unwrap_or(self.sc.tasks[i].start);
                     if now > release {
                         self.job_done(i, release, now, next);
                     }
@@ -410,6 +400,9 @@ impl Sim {
                         (true, Some(s)) => &mut s.timers,
                         _ => &mut self.tasks[i].rt_timers,
                     };
+                    if timers.len() <= timer {
+                        timers.resize(timer + 1, None);
+                    }
                     timers[timer] = Some(expiry);
                     if now < next {
                         return Step::Block { voluntary: true, wake_at: Some(next), hand_off: None };
@@ -567,14 +560,20 @@ impl Sim {
             Phase::RtTimer { period, timer, shared, .. } => Some((period, timer, shared)),
             _ => None,
         })?;
-        let start = self.sc.tasks[i].start;
-        let release = t.rt_release.unwrap_or(start);
+        let release = t.rt_release.unwrap_or(self.sc.tasks[i].start);
+        (release <= self.sc.until).then(|| (release, self.rt_next_expiry(i, timer, shared, period)))
+    }
+
+    /// The expiry a use of task `i`'s rt-app timer `timer` (every thread's when `shared`)
+    /// of `period` waits for now: its last expiry plus the period. rt-app 1.0 (Debian's,
+    /// measured: docs/rtapp.md) starts a timer at the thread's start (its `delay`), not
+    /// at its first use.
+    fn rt_next_expiry(&self, i: usize, timer: usize, shared: bool, period: Ns) -> Ns {
         let timers = match (shared, self.sync.as_deref()) {
             (true, Some(s)) => &s.timers,
-            _ => &t.rt_timers,
+            _ => &self.tasks[i].rt_timers,
         };
-        let deadline = timers.get(timer).copied().flatten().unwrap_or(start).saturating_add(period);
-        (release <= self.sc.until).then_some((release, deadline))
+        timers.get(timer).copied().flatten().unwrap_or(self.sc.tasks[i].start).saturating_add(period)
     }
 
     /// A task that is not runnable continues its behaviour (start, timer, job, interrupt).
