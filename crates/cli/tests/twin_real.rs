@@ -148,6 +148,11 @@ fn the_periodic_set_runs_under_the_agent_and_leaves_nothing() {
 /// What the twin should show under the agent: each SCHED_FIFO thread of the periodic set
 /// and of the mutex pair gets about what it asks (a band of −25 %/+30 % of its share is
 /// room for this shared VM) and runs nearly all its periods, as it does under the kernel.
+/// "What it asks" is its run time at the speed of this run: rt-app calibrates its loop
+/// once at start, and on this shared host the same loop later takes 0.87–1.2 times as
+/// long (measured: one thread's share 0.177–0.254 of an asked 0.2 over three runs; a CI
+/// run failed at 0.262 against a fixed band). The speed is audio's median run over the
+/// 1 ms it asks: it has the highest priority, so its run is CPU time, not preemption.
 /// Before the BPF programs told a missed wake when the thread is seen running
 /// (sched.bpf.c, RUNNING), the agent lost such threads for up to seconds and this failed
 /// in most runs (the reader 49-258 of 714 periods in 5 s; then 710-713). A thread whose
@@ -163,10 +168,13 @@ fn the_agent_keeps_every_thread_running() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("twin-test-s-{}", std::process::id()));
     let j = twin("twin-periodic.json", &["--duration", "2s"], &dir);
+    let speed = thread(&j, "audio")["real"]["run_p50_us"].as_f64().expect("audio's runs") / 1000.0;
+    assert!((0.6..1.6).contains(&speed), "audio ran its 1 ms in {speed} ms: not a calibration error");
     for (name, share, period_ms) in [("audio", 0.2, 5.0), ("control", 0.2, 10.0), ("video", 0.36, 16.667)] {
         let t = thread(&j, name);
         let real = t["real"]["cpu_share"].as_f64().unwrap();
-        assert!((share * 0.75..share * 1.3).contains(&real), "{name}: real share {real}, asked {share}");
+        let asked = share * speed;
+        assert!((asked * 0.75..asked * 1.3).contains(&real), "{name}: real share {real}, asked {share} × speed {speed}: {}", t["real"]);
         let timed = t["real"]["timed"].as_u64().unwrap() as f64;
         assert!(timed > 0.9 * 2000.0 / period_ms, "{name}: {timed} periods: {}", t["real"]);
         assert!((t["real"]["missed"].as_u64().unwrap() as f64) < 0.05 * timed, "{name}: {}", t["real"]);
