@@ -144,3 +144,58 @@ behaviour = { kind = "periodic", period = "10ms", exec = "15ms" }
     assert_eq!((met, missed, pending), (0, 3, 1));
     assert!(r.to_table().contains("jobs pending at the horizon (deadline after it): t 1"), "{}", r.to_table());
 }
+
+/// A script's iterations between `timer` waits are jobs (docs/jobs.md): released at the
+/// expiry a wait completed for, due at the expiry the next one waits for. S (4 ms, then
+/// a 10 ms timer) runs under H (15 ms every 40 ms): its timer starts at 19 ms, where S
+/// first reaches it (expiries 29, 39, … ms). Its iterations end at 33 (met), 58 (due 49:
+/// missed; the wait for 49 completes at once, the timer being signalled), 62 (due 59:
+/// missed), 66, 73 (met), 98 (due 89: missed), and the one released at 89 is unfinished
+/// at its deadline 99, before the horizon: missed. The clock must not matter.
+#[test]
+fn a_scripts_iterations_between_timer_waits_are_jobs() {
+    let ms = 1_000_000;
+    for clock in ["oneshot", "tick"] {
+        let text = one_cpu_fps(clock, "100ms")
+            + r#"[[task]]
+name = "H"
+params = { priority = 2 }
+behaviour = { kind = "periodic", period = "40ms", exec = "15ms" }
+[[task]]
+name = "S"
+params = { priority = 1 }
+behaviour = { kind = "script", repeat = true, phases = [ { run = "4ms" }, { timer = "10ms" } ] }
+"#;
+        assert_eq!(counts(&run(&text), "S"), (3, 4, 0, 19 * ms), "{clock}");
+        let mut sim = Sim::new(parse_scenario(&text, "t.toml").unwrap()).unwrap();
+        sim.record_trace();
+        let (_, trace) = sim.run_traced().unwrap();
+        let s: Vec<(u64, u64, Option<u64>)> =
+            trace.jobs.iter().filter(|j| j.task == 1).map(|j| (j.release / ms, j.deadline / ms, j.end.map(|e| e / ms))).collect();
+        let want = [(29, 39, Some(33)), (39, 49, Some(58)), (49, 59, Some(62)), (59, 69, Some(66)), (69, 79, Some(73))];
+        assert_eq!(s[..5], want, "{clock}");
+        assert_eq!(s[5..], [(79, 89, Some(98)), (89, 99, None)], "{clock}");
+    }
+}
+
+/// The iteration under way at the horizon is a job only if the script will reach a
+/// `timer` phase again: alone, S waits at 0 (the timer starts; expiries 10, 20, 30 ms),
+/// runs 2 ms after each expiry, and its `times` sends it back to the timer twice; after
+/// the third expiry it goes on to a 30 ms run and, not repeating, reaches no timer again.
+#[test]
+fn a_script_job_at_the_horizon_needs_a_timer_ahead() {
+    let script = |until: &str, repeat: bool| {
+        format!(
+            "until = \"{until}\"\n[machine]\ncpus = 1\nclock = \"oneshot\"\n[[task]]\nname = \"S\"\nbehaviour = {{ kind = \"script\", \
+             repeat = {repeat}, phases = [ {{ timer = \"10ms\" }}, {{ run = \"2ms\" }}, {{ times = 3 }}, {{ run = \"30ms\" }} ] }}\n"
+        )
+    };
+    // at 21 ms the `times` will send it back: the job released at 20 is pending (due 30)
+    assert_eq!(counts(&run(&script("21ms", false)), "S"), (1, 0, 1, 2_000_000));
+    // at 31 and 45 ms it is past its last pass: two jobs met, none open
+    assert_eq!(counts(&run(&script("31ms", false)), "S"), (2, 0, 0, 2_000_000));
+    assert_eq!(counts(&run(&script("45ms", false)), "S"), (2, 0, 0, 2_000_000));
+    // repeating, it reaches the timer again after the 30 ms run: the job released at 30
+    // is due at 40, before the horizon: missed
+    assert_eq!(counts(&run(&script("45ms", true)), "S"), (2, 1, 0, 2_000_000));
+}

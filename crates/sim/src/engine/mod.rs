@@ -108,9 +108,9 @@ pub struct Trace {
     /// Scheduler events (Vassal's SetSchedulerEvent) as they fired: (time, scheduler).
     pub events: Vec<(Ns, String)>,
     /// Every job with a deadline (periodic jobs, player frames, registered behaviours'
-    /// jobs, rt-app threads' timer iterations) that finished, in the order they
-    /// finished, then those unfinished at the horizon (`end` None). Jobs abandoned by
-    /// their behaviour are not listed.
+    /// jobs, the iterations between a script's or an rt-app thread's timer waits) that
+    /// finished, in the order they finished, then those unfinished at the horizon (`end`
+    /// None). Jobs abandoned by their behaviour are not listed.
     pub jobs: Vec<JobRecord>,
     /// Every step of a scripted task as it was taken, in order (a synchronisation step
     /// reached before the task held a CPU is listed when it is taken on one).

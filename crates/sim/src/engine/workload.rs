@@ -359,8 +359,16 @@ impl Sim {
                         ClockMode::OneShot => now,
                         ClockMode::Tick => now - now % self.tick.max(1),
                     };
+                    let last = self.tasks[i].timer_target;
+                    let target = last.map_or(now, |p| p).saturating_add(period);
+                    // The iteration that reaches the timer here is a job released at the
+                    // expiry its last wait completed for, due at the expiry this one
+                    // waits for; there is none before the timer's first use, which
+                    // starts it (docs/jobs.md).
+                    if let Some(release) = last.filter(|&r| now > r) {
+                        self.job_done(i, release, now, target);
+                    }
                     let t = &mut self.tasks[i];
-                    let target = t.timer_target.map_or(now, |p| p).saturating_add(period);
                     if target > serviced {
                         t.timer_target = Some(target);
                         return Step::Block { voluntary: true, wake_at: Some(target), hand_off: None };
@@ -527,7 +535,9 @@ impl Sim {
                 (&Behaviour::Player { period, late_after, .. }, Work::Frame { ideal }) => {
                     vec![(ideal.saturating_sub(period), ideal.saturating_add(late_after))]
                 }
-                (Behaviour::Script { phases, .. }, _) => self.rt_open_job(i, phases).into_iter().collect(),
+                (Behaviour::Script { phases, repeat }, _) => {
+                    self.rt_open_job(i, phases, *repeat).into_iter().chain(self.timer_open_job(i, phases, *repeat)).collect()
+                }
                 _ => Vec::new(),
             };
             if matches!(t.wait, Wait::NotStarted) {
@@ -547,21 +557,63 @@ impl Sim {
     }
 
     /// An rt-app thread's iteration under way at the horizon (None for a script without
-    /// rt-app timers, or one waiting for an expiry past the horizon): released at the
-    /// expiry its last timer wait was for (or its start), due at the expiry its next
-    /// timer would wait for if it reached it now.
-    fn rt_open_job(&self, i: usize, phases: &[Phase]) -> Option<(Ns, Ns)> {
-        let t = &self.tasks[i];
-        if matches!(t.wait, Wait::Exited) || phases.is_empty() {
-            return None;
-        }
-        let n = phases.len();
-        let (period, timer, shared) = (0..n).find_map(|k| match phases[(t.phase + k) % n] {
+    /// rt-app timers, one waiting for an expiry past the horizon, or one that reaches no
+    /// further timer): released at the expiry its last timer wait was for (or its start),
+    /// due at the expiry its next timer would wait for if it reached it now.
+    fn rt_open_job(&self, i: usize, phases: &[Phase], repeat: bool) -> Option<(Ns, Ns)> {
+        let (period, timer, shared) = self.next_phase(i, phases, repeat, |ph| match *ph {
             Phase::RtTimer { period, timer, shared, .. } => Some((period, timer, shared)),
             _ => None,
         })?;
-        let release = t.rt_release.unwrap_or(self.sc.tasks[i].start);
+        let release = self.tasks[i].rt_release.unwrap_or(self.sc.tasks[i].start);
         (release <= self.sc.until).then(|| (release, self.rt_next_expiry(i, timer, shared, period)))
+    }
+
+    /// A script's iteration under way at the horizon between two `timer` waits (None
+    /// before the timer's first use, while the wait is for an expiry past the horizon, or
+    /// when the script reaches no further `timer` phase): released at the expiry its last
+    /// wait completed for, due one period of the next `timer` phase it reaches later.
+    fn timer_open_job(&self, i: usize, phases: &[Phase], repeat: bool) -> Option<(Ns, Ns)> {
+        let release = self.tasks[i].timer_target.filter(|&r| r <= self.sc.until)?;
+        let period = self.next_phase(i, phases, repeat, |ph| match *ph {
+            Phase::Timer(period) => Some(period.max(1)),
+            _ => None,
+        })?;
+        Some((release, release.saturating_add(period)))
+    }
+
+    /// What `find` says of the first phase of task `i`'s script that it matches and the
+    /// script will reach from where it is (None: it exits first). The walk goes as
+    /// `step_script` would: a `times` phase that goes back reaches the first match before
+    /// it, if any (else its passes reach none and the walk goes on past it); the end
+    /// wraps round only if the script repeats.
+    fn next_phase<T>(&self, i: usize, phases: &[Phase], repeat: bool, find: impl Fn(&Phase) -> Option<T>) -> Option<T> {
+        let t = &self.tasks[i];
+        if matches!(t.wait, Wait::Exited) {
+            return None;
+        }
+        let n = phases.len();
+        let mut p = t.phase;
+        for _ in 0..=2 * n {
+            if p >= n {
+                if !repeat || n == 0 {
+                    return None;
+                }
+                p = 0;
+            }
+            if let Some(x) = find(&phases[p]) {
+                return Some(x);
+            }
+            if let Phase::Times(k) = phases[p] {
+                if t.loops.get(p).copied().unwrap_or(0) + 1 < k {
+                    if let Some(x) = phases[..p].iter().find_map(&find) {
+                        return Some(x);
+                    }
+                }
+            }
+            p += 1;
+        }
+        None
     }
 
     /// The expiry a use of task `i`'s rt-app timer `timer` (every thread's when `shared`)
