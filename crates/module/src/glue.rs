@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use vassal_core::{CpuId, CpuSet, Ctx, Detach, ParamValue, PolicyLog, Preempt, Refusal, Reply, TaskId, TaskState, Usage, Wake};
+use vassal_core::{CpuId, CpuSet, Ctx, Detach, Job, Ns, ParamValue, PolicyLog, Preempt, Refusal, Reply, TaskId, TaskState, Usage, Wake};
 
 use crate::abi::*;
 use crate::LoadError;
@@ -109,6 +109,13 @@ pub(crate) fn wake_args(wake: Wake) -> (i32, i64) {
     (flags, wake.interrupt.map_or(-1, i64::from))
 }
 
+/// `vassal_job`'s (release, deadline): ns as `i64`, as `now` is (a time past `i64::MAX`,
+/// some 292 years, is passed as `i64::MAX`).
+pub(crate) fn job_args(job: Job) -> (i64, i64) {
+    let ns = |t: Ns| i64::try_from(t).unwrap_or(i64::MAX);
+    (ns(job.release), ns(job.deadline))
+}
+
 pub(crate) fn preempt_code(why: Preempt) -> i32 {
     match why {
         Preempt::SliceExpired => PREEMPT_SLICE,
@@ -155,6 +162,7 @@ macro_rules! exports {
             attach: $opt!("vassal_attach"),
             detach: $opt!("vassal_detach"),
             wake: $opt!("vassal_wake"),
+            job: $opt!("vassal_job"),
             block: $opt!("vassal_block"),
             dispatch: $opt!("vassal_dispatch"),
             preempt: $opt!("vassal_preempt"),

@@ -27,8 +27,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender,
+    TaskId, Usage, Wake,
 };
 
 use crate::abi::*;
@@ -141,6 +141,7 @@ struct Exports {
     attach: Option<unsafe extern "C" fn(i64, i32, i32, i64, i64, i32, i32) -> i32>,
     detach: Option<unsafe extern "C" fn(i64, i32, i32)>,
     wake: Option<unsafe extern "C" fn(i64, i32, i32, i64)>,
+    job: Option<unsafe extern "C" fn(i64, i32, i64, i64)>,
     block: Option<unsafe extern "C" fn(i64, i32, i32)>,
     dispatch: Option<unsafe extern "C" fn(i64, i32, i32)>,
     preempt: Option<unsafe extern "C" fn(i64, i32, i32, i32)>,
@@ -367,6 +368,13 @@ impl Policy for NativePolicy {
         let Some(f) = self.ex.wake else { return };
         let (flags, irq) = glue::wake_args(wake);
         self.enter(ctx, |_| unsafe { f(now, task_arg(task), flags, irq) });
+    }
+
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
+        let now = ctx.now() as i64;
+        let Some(f) = self.ex.job else { return };
+        let (release, deadline) = glue::job_args(job);
+        self.enter(ctx, |_| unsafe { f(now, task_arg(task), release, deadline) });
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {

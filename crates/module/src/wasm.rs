@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use vassal_core::{
-    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender, TaskId,
-    Usage, Wake,
+    AttachInfo, Block, CpuId, Ctx, Decision, Detach, Job, Ns, ParamValue, Policy, PolicyLog, Preempt, Refusal, Reply, Request, Sender,
+    TaskId, Usage, Wake,
 };
 use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, TypedFunc};
 
@@ -179,6 +179,7 @@ struct Exports {
     attach: Option<TypedFunc<(i64, i32, i32, i64, i64, i32, i32), i32>>,
     detach: Option<TypedFunc<(i64, i32, i32), ()>>,
     wake: Option<TypedFunc<(i64, i32, i32, i64), ()>>,
+    job: Option<TypedFunc<(i64, i32, i64, i64), ()>>,
     block: Option<TypedFunc<(i64, i32, i32), ()>>,
     dispatch: Option<TypedFunc<(i64, i32, i32), ()>>,
     preempt: Option<TypedFunc<(i64, i32, i32, i32), ()>>,
@@ -436,6 +437,13 @@ impl Policy for WasmPolicy {
         let Some(f) = self.ex.wake.clone() else { return };
         let (flags, irq) = glue::wake_args(wake);
         self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), flags, irq)));
+    }
+
+    fn on_job(&mut self, ctx: &mut Ctx, task: TaskId, job: Job) {
+        let now = ctx.now() as i64;
+        let Some(f) = self.ex.job.clone() else { return };
+        let (release, deadline) = glue::job_args(job);
+        self.enter(ctx, |p| f.call(&mut p.store, (now, task_arg(task), release, deadline)));
     }
 
     fn on_block(&mut self, ctx: &mut Ctx, task: TaskId, block: Block) {

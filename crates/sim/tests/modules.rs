@@ -120,6 +120,64 @@ fn bvt_module_schedules_like_the_builtin_bvt() {
     }
 }
 
+/// Issue 16's smallest overload case for EDF (one CPU; (3 ms, 2 ms) and (5 ms, 2 ms), 30
+/// ms) under scheduler "proto" above a round-robin default, as the built-in `edf` and as
+/// the `edf` module (the same source, compiled; WebAssembly and native): every job ends
+/// at the same nanosecond.
+/// Here tasks go straight on from one job to their next without waking, so only a
+/// module told of each job (`vassal_job`) keeps textbook order: a's job released at 12
+/// ms (due 15), started as its previous one ended, is late at 15 and goes on to end at
+/// 16 (docs/jobs.md).
+#[test]
+fn edf_module_is_told_of_jobs_and_schedules_job_for_job_as_the_builtin() {
+    let scenario = |proto: &str| {
+        parse(&format!(
+            r#"until = "30ms"
+[machine]
+cpus = 1
+clock = "oneshot"
+[default]
+name = "ts"
+policy = "rr"
+[[scheduler]]
+name = "proto"
+{proto}
+[[task]]
+name = "a"
+scheduler = "proto"
+params = {{ period = "3ms" }}
+behaviour = {{ kind = "periodic", period = "3ms", exec = "2ms" }}
+[[task]]
+name = "b"
+scheduler = "proto"
+params = {{ period = "5ms" }}
+behaviour = {{ kind = "periodic", period = "5ms", exec = "2ms" }}
+"#
+        ))
+    };
+    let jobs = |sc: Scenario| {
+        let mut sim = Sim::new(sc).expect("valid scenario");
+        sim.record_trace();
+        let (report, trace) = sim.run_traced().expect("runs");
+        let jobs: Vec<(usize, u64, u64, Option<u64>)> = trace.jobs.iter().map(|j| (j.task, j.release, j.deadline, j.end)).collect();
+        (report, jobs)
+    };
+    let (builtin, want) = jobs(scenario("policy = \"edf\"\nusage = { reserved = 0.9 }"));
+    let (loaded, got) = jobs(scenario(&module_scheduler("edf", "reserved = 0.9")));
+    assert!(log_has(&loaded, "scheduler 'proto' loaded from module edf (vassal_module_edf.wasm)"), "{:#?}", loaded.log);
+    assert_eq!(got, want, "module edf vs built-in edf, job by job");
+    let native = vassal_module::native_example_path("edf").unwrap();
+    let (_, got) = jobs(scenario(&format!("module = {:?}\nparams = {{ reserved = 0.9 }}", native.display().to_string())));
+    assert_eq!(got, want, "native module edf vs built-in edf, job by job");
+    // the case itself: a's job released at 12 ms (due 15) ends at 16, past its deadline
+    let ms = 1_000_000;
+    assert!(want.contains(&(0, 12 * ms, 15 * ms, Some(16 * ms))), "{want:?}");
+    for t in ["a", "b"] {
+        let (l, b) = (loaded.task(t).unwrap(), builtin.task(t).unwrap());
+        assert_eq!((l.jobs_met, l.jobs_missed), (b.jobs_met, b.jobs_missed), "task {t}");
+    }
+}
+
 #[test]
 fn stride_module_shares_by_tickets() {
     // One CPU, two CPU-bound tasks with 300 and 100 tickets under the stride module

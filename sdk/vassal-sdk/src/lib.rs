@@ -48,8 +48,8 @@ use std::collections::BTreeMap;
 use vassal_core::abi;
 
 pub use vassal_core::{
-    AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Ns, Policy, PolicyLog, Preempt, Refusal, Reply, Request,
-    SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS, NS, SEC, US,
+    AttachInfo, Block, CpuId, CpuSet, Ctx, CtxError, Decision, Detach, Effect, Job, Ns, Policy, PolicyLog, Preempt, Refusal, Reply,
+    Request, SchedId, Sender, TaskId, TaskParams, TaskState, TaskView, Usage, Wake, CPU_PPM, MS, NS, SEC, US,
 };
 
 /// The ABI version this SDK speaks (the host refuses another). The ABI's encodings are
@@ -609,6 +609,10 @@ pub mod rt {
         };
         with(now, |p, ctx| p.on_wake(ctx, TaskId(task as u32), w))
     }
+    pub fn job(now: i64, task: i32, release: i64, deadline: i64) {
+        let job = Job { release: release.max(0) as u64, deadline: deadline.max(0) as u64 };
+        with(now, |p, ctx| p.on_job(ctx, TaskId(task as u32), job))
+    }
     pub fn block(now: i64, task: i32, voluntary: i32) {
         with(now, |p, ctx| p.on_block(ctx, TaskId(task as u32), Block { voluntary: voluntary != 0 }))
     }
@@ -759,6 +763,10 @@ macro_rules! export_policy {
         #[no_mangle]
         pub extern "C" fn vassal_wake(now: i64, task: i32, flags: i32, irq: i64) {
             $crate::rt::wake(now, task, flags, irq)
+        }
+        #[no_mangle]
+        pub extern "C" fn vassal_job(now: i64, task: i32, release: i64, deadline: i64) {
+            $crate::rt::job(now, task, release, deadline)
         }
         #[no_mangle]
         pub extern "C" fn vassal_block(now: i64, task: i32, voluntary: i32) {
