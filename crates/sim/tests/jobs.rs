@@ -49,12 +49,17 @@ fn a_completion_at_a_release_is_recorded_then_under_both_clocks() {
     }
 }
 
-#[test]
-fn the_trace_lists_every_job_with_its_end() {
-    let mut sim = Sim::new(parse_scenario(&rm_case("oneshot"), "t.toml").unwrap()).unwrap();
+/// Task `task`'s jobs in the trace of `text`'s run: (release, deadline, end), in order.
+fn task_jobs(text: &str, task: usize) -> Vec<(u64, u64, Option<u64>)> {
+    let mut sim = Sim::new(parse_scenario(text, "t.toml").unwrap()).unwrap();
     sim.record_trace();
     let (_, trace) = sim.run_traced().unwrap();
-    let b: Vec<(u64, u64, Option<u64>)> = trace.jobs.iter().filter(|j| j.task == 1).map(|j| (j.release, j.deadline, j.end)).collect();
+    trace.jobs.iter().filter(|j| j.task == task).map(|j| (j.release, j.deadline, j.end)).collect()
+}
+
+#[test]
+fn the_trace_lists_every_job_with_its_end() {
+    let b = task_jobs(&rm_case("oneshot"), 1);
     let ms = 1_000_000;
     assert_eq!(
         b,
@@ -167,11 +172,8 @@ params = { priority = 1 }
 behaviour = { kind = "script", repeat = true, phases = [ { run = "4ms" }, { timer = "10ms" } ] }
 "#;
         assert_eq!(counts(&run(&text), "S"), (3, 4, 0, 19 * ms), "{clock}");
-        let mut sim = Sim::new(parse_scenario(&text, "t.toml").unwrap()).unwrap();
-        sim.record_trace();
-        let (_, trace) = sim.run_traced().unwrap();
         let s: Vec<(u64, u64, Option<u64>)> =
-            trace.jobs.iter().filter(|j| j.task == 1).map(|j| (j.release / ms, j.deadline / ms, j.end.map(|e| e / ms))).collect();
+            task_jobs(&text, 1).into_iter().map(|(r, d, e)| (r / ms, d / ms, e.map(|e| e / ms))).collect();
         let want = [(29, 39, Some(33)), (39, 49, Some(58)), (49, 59, Some(62)), (59, 69, Some(66)), (69, 79, Some(73))];
         assert_eq!(s[..5], want, "{clock}");
         assert_eq!(s[5..], [(79, 89, Some(98)), (89, 99, None)], "{clock}");
