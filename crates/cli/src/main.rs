@@ -136,6 +136,14 @@ enum Cmd {
         /// A shorter run (for smoke tests); the numbers are noisier.
         #[arg(long)]
         quick: bool,
+        /// Only run one of the bench's simulator scenarios once (events, rm_1cpu,
+        /// gedf_4cpu) and print what it simulated: for an instruction counter
+        /// (scripts/bench-instructions.sh).
+        #[arg(long, value_name = "SCENARIO", conflicts_with = "quick")]
+        only: Option<String>,
+        /// The horizon of the `--only` run, e.g. "200s".
+        #[arg(long, requires = "only", default_value = "100s")]
+        until: String,
     },
     /// A regression gate: run two versions of a policy (built-in kinds or module files)
     /// on seeded desktop-like and real-time scenarios and report, per run, share,
@@ -348,7 +356,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Agent(a) => agent_cmd::agent(a),
         Cmd::Run(a) => agent_cmd::run(a),
         Cmd::Ctl(a) => agent_cmd::ctl(a),
-        Cmd::Bench { json, quick } => {
+        Cmd::Bench { json, quick: _, only: Some(name), until } => {
+            let until = vassal_core::parse_duration(&until).with_context(|| format!("--until {until}"))?;
+            let c = vassal_lab::bench::run_one(&name, until)?;
+            if json {
+                println!("{}", serde_json::json!({ "scenario": name, "until_ns": until, "events": c.events, "jobs": c.jobs }));
+            } else {
+                println!("{name}: {} events, {} jobs in {:.3} s simulated", c.events, c.jobs, until as f64 / 1e9);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench { json, quick, only: None, .. } => {
             let b = vassal_lab::bench::run(quick)?;
             if json {
                 println!("{}", serde_json::to_string(&b.json())?);

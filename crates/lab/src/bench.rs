@@ -294,23 +294,58 @@ fn time_decisions(d: Dispatcher, iters: u32) -> (f64, Dispatcher) {
     (ns / decisions.max(1) as f64, m.drv.disp)
 }
 
+/// The bench's simulator scenarios, by the names its figures go by: "events" (the
+/// 1,000 tasks, [`thousand_tasks`]), "rm_1cpu" and "gedf_4cpu" (the periodic sets).
+pub const SCENARIOS: [&str; 3] = ["events", "rm_1cpu", "gedf_4cpu"];
+
+/// The bench's scenario `name` (one of [`SCENARIOS`]) with horizon `until`.
+pub fn scenario(name: &str, until: Ns) -> Option<Scenario> {
+    match name {
+        "events" => Some(thousand_tasks(until)),
+        "rm_1cpu" => {
+            let rm = PolicySpec { kind: "fps".into(), params: [("rm".to_string(), ParamValue::Bool(true))].into() };
+            Some(periodic_set(20, 1, 0.7, rm, until))
+        }
+        "gedf_4cpu" => Some(periodic_set(20, 4, 3.6, PolicySpec { kind: "edf".into(), params: BTreeMap::new() }, until)),
+        _ => None,
+    }
+}
+
+/// What one run of a bench scenario simulated: its events and its jobs (met or missed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub events: u64,
+    pub jobs: u64,
+}
+
+/// Runs the bench's scenario `name` once to `until` and counts what it simulated
+/// (`vassal bench --only`: under an instruction counter, scripts/bench-instructions.sh,
+/// the difference of two horizons is the cost per event or job, free of the host's noise).
+pub fn run_one(name: &str, until: Ns) -> Result<Counts> {
+    let sc =
+        scenario(name, until).ok_or_else(|| anyhow::anyhow!("no bench scenario '{name}' (expected one of {})", SCENARIOS.join(", ")))?;
+    let report = vassal_sim::Sim::new(sc)?.run()?;
+    let jobs = report.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum();
+    Ok(Counts { events: report.totals.events, jobs })
+}
+
 pub fn run(quick: bool) -> Result<Bench> {
     let (horizon, reps, iters) = if quick { (20_000 * MS, 1, 20_000) } else { (200_000 * MS, 3, 300_000) };
     let mut rates = Vec::new();
     let mut events = 0;
+    let named = |name: &str, until: Ns| scenario(name, until).expect("one of SCENARIOS");
     for _ in 0..reps {
-        let sim = vassal_sim::Sim::new(thousand_tasks(horizon))?;
+        let sim = vassal_sim::Sim::new(named("events", horizon))?;
         let (report, secs) = cpu_timed(|| sim.run());
         let report = report?;
         events = report.totals.events;
         rates.push(events as f64 / secs);
     }
     let job_horizon = if quick { 100_000 * MS } else { 1_000_000 * MS };
-    let rm = PolicySpec { kind: "fps".into(), params: [("rm".to_string(), ParamValue::Bool(true))].into() };
-    let edf = PolicySpec { kind: "edf".into(), params: BTreeMap::new() };
     let mut jobs_per_sec = BTreeMap::new();
-    jobs_per_sec.insert("rm_1cpu", job_rate(&periodic_set(20, 1, 0.7, rm, job_horizon), reps)?);
-    jobs_per_sec.insert("gedf_4cpu", job_rate(&periodic_set(20, 4, 3.6, edf, job_horizon), reps)?);
+    for name in ["rm_1cpu", "gedf_4cpu"] {
+        jobs_per_sec.insert(name, job_rate(&named(name, job_horizon), reps)?);
+    }
     let mut decision_ns = BTreeMap::new();
     for (kind, _) in vassal_policies::kinds() {
         let mut by_size = BTreeMap::new();
@@ -451,6 +486,23 @@ impl Bench {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--only` runs the scenario the bench's figure of that name measures: its counts
+    /// grow with the horizon as the scenario says (the RM set's jobs are those of the
+    /// periods 10·k ms that finished), and an unknown name is an error naming the known.
+    #[test]
+    fn one_bench_scenario_runs_alone_and_counts_what_it_simulated() {
+        let (short, long) = (run_one("rm_1cpu", 200 * MS).unwrap(), run_one("rm_1cpu", 400 * MS).unwrap());
+        let released = |until: Ns| (1..=20u64).map(|k| until.div_ceil(10 * MS * k)).sum::<u64>();
+        assert!(short.jobs <= released(200 * MS) && short.jobs + 20 >= released(200 * MS), "{short:?}");
+        assert!(long.jobs > short.jobs && long.events > short.events, "{short:?} {long:?}");
+        let edf = run_one("gedf_4cpu", 200 * MS).unwrap();
+        assert!(edf.jobs + 20 >= released(200 * MS), "{edf:?}");
+        let k = run_one("events", 100 * MS).unwrap();
+        assert!(k.events > 1000 && k.jobs > 0, "{k:?}");
+        let err = run_one("rm", MS).unwrap_err().to_string();
+        assert!(err.contains("'rm'") && err.contains("gedf_4cpu"), "{err}");
+    }
 
     #[test]
     fn the_fixed_cost_scenario_parses_and_runs() {
