@@ -272,3 +272,25 @@ fn missed_jobs_are_the_negative_slacks_of_rt_app() {
     }
     assert!(with_jobs >= 3, "the examples have periodic threads");
 }
+
+/// A file's errors start with "FILE:LINE:COL:" when they have a place in it (a syntax
+/// error, a refused key or value) and with "FILE: " when they do not (a horizon the file
+/// does not give).
+#[test]
+fn a_files_errors_name_the_file_and_the_place_if_there_is_one() {
+    let dir = std::env::temp_dir().join(format!("vassal-rtapp-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("syntax.json", "{\"tasks\": {\"a\": {\"run\": 1000, bogus", "syntax.json:1:31: unexpected `b`"),
+        ("empty.json", "{\"tasks\": {}}", "empty.json:1:2: tasks: no threads"),
+        ("forever.json", "{\"tasks\": {\"a\": {\"run\": 1000}}}", "forever.json: global.duration: is -1 or absent"),
+    ];
+    for (name, text, start) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = load_rtapp(&path, &Options::default()).unwrap_err();
+        let expected = format!("{}", dir.join(start).display());
+        assert!(err.starts_with(&expected), "{name}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

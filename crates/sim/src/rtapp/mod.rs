@@ -60,17 +60,28 @@ impl Default for Options {
 
 /// Reads an rt-app document's text into its model. Errors: "LINE:COL: PATH: message".
 pub fn read(text: &str) -> Result<model::RtApp, String> {
-    let root = json::parse(text).map_err(|e| format!("{e} (not JSON that rt-app's json-c reads)"))?;
-    model::read(&root).map_err(|e| e.to_string())
+    read_at(text).map_err(|e| e.to_string())
 }
 
-/// Reads an rt-app file. Errors start with "FILE:LINE:COL:".
+/// [`read`], its error kept with its place (a syntax error is one at its position).
+fn read_at(text: &str) -> Result<model::RtApp, model::Error> {
+    let root = json::parse(text).map_err(|e| model::Error {
+        at: e.at,
+        path: String::new(),
+        msg: format!("{} (not JSON that rt-app's json-c reads)", e.msg),
+    })?;
+    model::read(&root)
+}
+
+/// Reads an rt-app file. Errors start with "FILE:LINE:COL:" for a place in the file,
+/// "FILE:" otherwise.
 pub fn load_rtapp(path: &Path, opts: &Options) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let name = path.file_stem().map_or("rt-app".to_string(), |s| s.to_string_lossy().to_string());
-    // "FILE:LINE:COL: …" for a place in the file, "FILE: …" otherwise.
-    let sep = |e: &str| if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
-    parse_rtapp(&text, &name, opts).map_err(|e| format!("{}{}{e}", path.display(), sep(&e)))
+    read_at(&text).and_then(|app| build::to_scenario(&app, &name, opts)).map_err(|e| {
+        let sep = if e.at == json::Pos::default() { ": " } else { ":" };
+        format!("{}{sep}{e}", path.display())
+    })
 }
 
 /// Builds a scenario named `name` from rt-app JSON text. Errors: "LINE:COL: PATH: message".
