@@ -9,7 +9,7 @@
 #
 #   scripts/bench-instructions.sh [BIN ...]     (default: target/release/vassal)
 #
-# Needs valgrind (apt-get install valgrind). About a minute per binary.
+# Needs valgrind (apt-get install valgrind). About 15 s per binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "bench-instructions: needs valgrind (apt-get install valgrind)" >&2; exit 2; }

@@ -191,8 +191,7 @@ fn job_rate(sc: &Scenario, reps: usize) -> Result<(f64, u64)> {
     for _ in 0..reps {
         let sim = vassal_sim::Sim::new(sc.clone())?;
         let (report, secs) = cpu_timed(|| sim.run());
-        let report = report?;
-        jobs = report.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum();
+        jobs = Counts::of(&report?).jobs;
         rates.push(jobs as f64 / secs);
     }
     Ok((median(rates), jobs))
@@ -318,15 +317,19 @@ pub struct Counts {
     pub jobs: u64,
 }
 
+impl Counts {
+    fn of(report: &vassal_sim::Report) -> Counts {
+        Counts { events: report.totals.events, jobs: report.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum() }
+    }
+}
+
 /// Runs the bench's scenario `name` once to `until` and counts what it simulated
 /// (`vassal bench --only`: under an instruction counter, scripts/bench-instructions.sh,
 /// the difference of two horizons is the cost per event or job, free of the host's noise).
 pub fn run_one(name: &str, until: Ns) -> Result<Counts> {
     let sc =
         scenario(name, until).ok_or_else(|| anyhow::anyhow!("no bench scenario '{name}' (expected one of {})", SCENARIOS.join(", ")))?;
-    let report = vassal_sim::Sim::new(sc)?.run()?;
-    let jobs = report.tasks.iter().map(|t| t.jobs_met + t.jobs_missed).sum();
-    Ok(Counts { events: report.totals.events, jobs })
+    Ok(Counts::of(&vassal_sim::Sim::new(sc)?.run()?))
 }
 
 pub fn run(quick: bool) -> Result<Bench> {
@@ -337,8 +340,7 @@ pub fn run(quick: bool) -> Result<Bench> {
     for _ in 0..reps {
         let sim = vassal_sim::Sim::new(named("events", horizon))?;
         let (report, secs) = cpu_timed(|| sim.run());
-        let report = report?;
-        events = report.totals.events;
+        events = Counts::of(&report?).events;
         rates.push(events as f64 / secs);
     }
     let job_horizon = if quick { 100_000 * MS } else { 1_000_000 * MS };
@@ -515,8 +517,7 @@ mod tests {
     #[test]
     fn the_rm_job_set_meets_every_deadline_due_in_the_horizon() {
         let until = 10_000 * MS;
-        let rm = PolicySpec { kind: "fps".into(), params: [("rm".to_string(), ParamValue::Bool(true))].into() };
-        let report = vassal_sim::Sim::new(periodic_set(20, 1, 0.7, rm, until)).unwrap().run().unwrap();
+        let report = vassal_sim::Sim::new(scenario("rm_1cpu", until).unwrap()).unwrap().run().unwrap();
         let missed: u64 = report.tasks.iter().map(|t| t.jobs_missed).sum();
         let met: u64 = report.tasks.iter().map(|t| t.jobs_met).sum();
         // Jobs due by the horizon must all be met; jobs released before it may be too.

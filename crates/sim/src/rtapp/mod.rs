@@ -78,7 +78,7 @@ fn read_at(text: &str) -> Result<model::RtApp, model::Error> {
 pub fn load_rtapp(path: &Path, opts: &Options) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let name = path.file_stem().map_or("rt-app".to_string(), |s| s.to_string_lossy().to_string());
-    read_at(&text).and_then(|app| build::to_scenario(&app, &name, opts)).map_err(|e| {
+    parse_at(&text, &name, opts).map_err(|e| {
         let sep = if e.at == json::Pos::default() { ": " } else { ":" };
         format!("{}{sep}{e}", path.display())
     })
@@ -86,6 +86,10 @@ pub fn load_rtapp(path: &Path, opts: &Options) -> Result<Scenario, String> {
 
 /// Builds a scenario named `name` from rt-app JSON text. Errors: "LINE:COL: PATH: message".
 pub fn parse_rtapp(text: &str, name: &str, opts: &Options) -> Result<Scenario, String> {
-    let app = read(text)?;
-    build::to_scenario(&app, name, opts).map_err(|e| e.to_string())
+    parse_at(text, name, opts).map_err(|e| e.to_string())
+}
+
+/// [`parse_rtapp`], its error kept with its place.
+fn parse_at(text: &str, name: &str, opts: &Options) -> Result<Scenario, model::Error> {
+    build::to_scenario(&read_at(text)?, name, opts)
 }
