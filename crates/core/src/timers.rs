@@ -73,6 +73,11 @@ impl TimerKey for u16 {
 pub struct Timers<K, V> {
     seq: u64,
     heap: Vec<Entry>,
+    /// The heap's top was taken out and its place not yet filled: `heap[0]` is stale. The
+    /// next fresh entry fills it (one sift down for the pop and the push together: a
+    /// mechanism usually arms a timer as it handles the one that fell due, e.g. a
+    /// periodic task's next release); any other change fills it with the last entry first.
+    hole: bool,
     /// The entry of each lane: (order as in [`Entry`], key, value).
     lanes: Vec<Option<(u128, K, V)>>,
     /// The lane with the earliest entry, if any lane is armed.
@@ -145,6 +150,7 @@ impl<K, V> Default for Timers<K, V> {
         Timers {
             seq: 0,
             heap: Vec::new(),
+            hole: false,
             lanes: Vec::new(),
             first_lane: None,
             lanes_armed: 0,
@@ -277,7 +283,36 @@ impl<K: TimerKey, V> Timers<K, V> {
         Some(child)
     }
 
-    /// Takes the entry at `pos` out of the heap; returns it.
+    /// Entries in the heap.
+    #[inline]
+    fn heap_len(&self) -> usize {
+        self.heap.len() - usize::from(self.hole)
+    }
+
+    /// The heap's earliest entry (with a hole at the top: the earliest of its children).
+    #[inline]
+    fn top(&self) -> Option<&Entry> {
+        if !self.hole {
+            return self.heap.first();
+        }
+        let end = self.heap.len().min(1 + ARITY);
+        self.heap[1..end].iter().min_by_key(|e| e.order)
+    }
+
+    /// Fills the hole at the top, if there is one, with the last entry.
+    #[inline]
+    fn fill(&mut self) {
+        if self.hole {
+            self.hole = false;
+            let last = self.heap.pop().expect("a hole is a place in the heap");
+            if !self.heap.is_empty() {
+                self.place(0, last);
+                self.sift_down(0);
+            }
+        }
+    }
+
+    /// Takes the entry at `pos` out of the heap (which has no hole); returns it.
     fn remove_at(&mut self, pos: usize) -> Entry {
         let e = self.heap.swap_remove(pos);
         self.slots[e.slot as usize].pos = UNARMED;
@@ -299,6 +334,14 @@ impl<K: TimerKey, V> Timers<K, V> {
     fn arm(&mut self, i: u32, at: Ns, value: V) -> Option<Ns> {
         self.seq += 1;
         let e = Entry::new(at, self.seq, i);
+        if self.hole && self.slots[i as usize].pos == UNARMED {
+            self.hole = false;
+            self.slots[i as usize].value = Some(value);
+            self.place(0, e);
+            self.sift_down(0);
+            return None;
+        }
+        self.fill();
         let slot = &mut self.slots[i as usize];
         slot.value = Some(value);
         let pos = slot.pos;
@@ -411,10 +454,11 @@ impl<K: TimerKey, V> Timers<K, V> {
         }
         let i = self.find(key)?;
         self.remember(key, i);
-        let pos = self.slots[i as usize].pos;
-        if pos == UNARMED {
+        if self.slots[i as usize].pos == UNARMED {
             return None;
         }
+        self.fill();
+        let pos = self.slots[i as usize].pos;
         let at = self.remove_at(pos as usize).at();
         self.slots[i as usize].value = None;
         self.dropped += 1;
@@ -425,7 +469,7 @@ impl<K: TimerKey, V> Timers<K, V> {
     /// (amortised: each sweep frees at least as many keys as are armed). Dense keys keep
     /// their slots: there are at most as many as the largest index.
     fn sweep(&mut self) {
-        if self.keys.len() < 2 * self.heap.len() + 64 {
+        if self.keys.len() < 2 * self.heap_len() + 64 {
             return;
         }
         self.recent = [const { None }; RECENT];
@@ -451,7 +495,7 @@ impl<K: TimerKey, V> Timers<K, V> {
     /// The order of the earliest entry, and whether it is a lane's (else the heap's top).
     #[inline]
     fn earliest(&self) -> Option<(u128, bool)> {
-        match (self.heap.first(), self.first_lane_order()) {
+        match (self.top(), self.first_lane_order()) {
             (Some(e), Some(o)) if o < e.order => Some((o, true)),
             (Some(e), _) => Some((e.order, false)),
             (None, o) => o.map(|o| (o, true)),
@@ -493,7 +537,11 @@ impl<K: TimerKey, V> Timers<K, V> {
             let (o, key, value) = self.take_lane(self.first_lane?)?;
             return Some((at_of(o), Some(key), value));
         }
-        let e = self.remove_at(0);
+        // The top leaves a hole (see `hole`), filled by the next entry armed.
+        self.fill();
+        let e = *self.heap.first()?;
+        self.hole = true;
+        self.slots[e.slot as usize].pos = UNARMED;
         let (at, i) = (e.at(), e.slot);
         let slot = &mut self.slots[i as usize];
         let value = slot.value.take().expect("an armed slot holds its value");
@@ -507,7 +555,7 @@ impl<K: TimerKey, V> Timers<K, V> {
 
     /// Entries armed.
     pub fn len(&self) -> usize {
-        self.heap.len() + self.lanes_armed
+        self.heap_len() + self.lanes_armed
     }
 
     pub fn is_empty(&self) -> bool {
@@ -567,6 +615,30 @@ mod tests {
         assert_eq!(t.next_deadline(), Some(7));
         assert_eq!(drain(&mut t), vec![(7, 3), (10, 1)]);
         assert_eq!(t.dropped(), 1);
+    }
+
+    /// The place a pop leaves at the top is filled by the next fresh entry, early or late,
+    /// or by the last entry before anything else looks at or changes the heap.
+    #[test]
+    fn the_top_a_pop_leaves_is_filled_by_the_next_entry_or_the_last() {
+        let mut t: Timers<&'static str, u32> = Timers::new();
+        for (k, at) in [("a", 10), ("b", 20), ("c", 30), ("d", 40), ("e", 50), ("f", 60)] {
+            t.insert(at, k, at as u32);
+        }
+        assert_eq!(t.pop(), Some((10, Some("a"), 10)));
+        // looked at with the hole: the earliest of the rest
+        assert_eq!((t.len(), t.next_deadline(), t.at(&"b")), (5, Some(20), Some(20)));
+        t.push(15, 15); // earlier than every entry left: stays on top
+        assert_eq!(t.pop(), Some((15, None, 15)));
+        t.push(100, 100); // later than every one: sinks
+        assert_eq!(t.pop(), Some((20, Some("b"), 20)));
+        assert_eq!(t.cancel(&"d"), Some(40)); // a cancel fills the hole first
+        assert_eq!(t.pop(), Some((30, Some("c"), 30)));
+        assert_eq!(t.insert(5, "f", 5), Some(60)); // a re-armed key fills it first too
+        assert_eq!(drain(&mut t), vec![(5, 5), (50, 50), (100, 100)]);
+        assert_eq!(t.pop(), None);
+        t.push(1, 1); // the hole of the last entry: the heap is empty
+        assert_eq!((t.len(), drain(&mut t)), (1, vec![(1, 1)]));
     }
 
     #[test]
