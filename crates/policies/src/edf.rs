@@ -197,17 +197,16 @@ impl Edf {
     }
 
     fn set_st(&mut self, id: TaskId, st: St) {
-        let Some(t) = self.table.get(id).copied() else { return };
-        if let Some(k) = t.queued {
+        let Some(t) = self.table.get_mut(id) else { return };
+        let was = t.queued;
+        let queued = (st == St::Ready).then(|| t.key(id));
+        t.st = st;
+        t.queued = queued;
+        if let Some(k) = was {
             self.ready.remove(&k);
         }
-        let queued = (st == St::Ready).then(|| t.key(id));
         if let Some(k) = queued {
             self.ready.insert(k);
-        }
-        if let Some(t) = self.table.get_mut(id) {
-            t.st = st;
-            t.queued = queued;
         }
     }
 
@@ -216,8 +215,7 @@ impl Edf {
     /// an idle CPU, or else preempt the CPU running the latest of our jobs if its
     /// deadline is strictly later than this one's. `except` is left alone.
     fn check_preempt(&mut self, ctx: &mut Ctx, id: TaskId, except: Option<CpuId>) {
-        let Some(t) = self.table.get(id).copied() else { return };
-        let key = t.key(id);
+        let Some(key) = self.table.get(id).map(|t| t.key(id)) else { return };
         let aff = ctx.affinity(id);
         if !everywhere(ctx, aff) {
             // It may be allowed more CPUs later without this policy being told.
