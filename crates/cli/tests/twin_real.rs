@@ -151,8 +151,13 @@ fn the_periodic_set_runs_under_the_agent_and_leaves_nothing() {
 /// "What it asks" is its run time at the speed of this run: rt-app calibrates its loop
 /// once at start, and on this shared host the same loop later takes 0.87–1.2 times as
 /// long (measured: one thread's share 0.177–0.254 of an asked 0.2 over three runs; a CI
-/// run failed at 0.262 against a fixed band). The speed is audio's median run over the
-/// 1 ms it asks: it has the highest priority, so its run is CPU time, not preemption.
+/// run failed at 0.262 against a fixed band), and in a slow hour 1.6–1.9 times (a CI run
+/// saw audio's 1 ms take 1.912 ms). The speed is the median run of the highest-priority
+/// thread over what it asks (audio's 1 ms; the writer's 2.5 ms): its run is CPU time, not
+/// preemption. Where it is out of [`SPEED`] the workload is not the one the file asks
+/// (at 1.9 the mutex pair needs more of its lock than there is), so that run is tried
+/// again, up to [`ATTEMPTS`] times, and if no run is at a speed the claims hold for, the
+/// test is skipped with the speeds it saw, never passed.
 /// Before the BPF programs told a missed wake when the thread is seen running
 /// (sched.bpf.c, RUNNING), the agent lost such threads for up to seconds and this failed
 /// in most runs (the reader 49-258 of 714 periods in 5 s; then 710-713). A thread whose
@@ -167,9 +172,7 @@ fn the_agent_keeps_every_thread_running() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("twin-test-s-{}", std::process::id()));
-    let j = twin("twin-periodic.json", &["--duration", "2s"], &dir);
-    let speed = thread(&j, "audio")["real"]["run_p50_us"].as_f64().expect("audio's runs") / 1000.0;
-    assert!((0.6..1.6).contains(&speed), "audio ran its 1 ms in {speed} ms: not a calibration error");
+    let Some((j, speed)) = at_speed("twin-periodic.json", "audio", 1000.0, &dir) else { return };
     for (name, share, period_ms) in [("audio", 0.2, 5.0), ("control", 0.2, 10.0), ("video", 0.36, 16.667)] {
         let t = thread(&j, name);
         let real = t["real"]["cpu_share"].as_f64().unwrap();
@@ -179,13 +182,42 @@ fn the_agent_keeps_every_thread_running() {
         assert!(timed > 0.9 * 2000.0 / period_ms, "{name}: {timed} periods: {}", t["real"]);
         assert!((t["real"]["missed"].as_u64().unwrap() as f64) < 0.05 * timed, "{name}: {}", t["real"]);
     }
-    let j = twin("twin-mutex.json", &["--duration", "2s"], &dir);
+    let Some((j, _)) = at_speed("twin-mutex.json", "writer", 2500.0, &dir) else { return };
     for (name, period_ms) in [("writer", 10.0), ("reader", 7.0)] {
         let t = thread(&j, name);
         let timed = t["real"]["timed"].as_u64().unwrap() as f64;
         assert!(timed > 0.9 * 2000.0 / period_ms, "{name}: {timed} periods: {}; the run: {}", t["real"], j["real"]);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The loop speeds (a run's time over the time asked) at which the workloads are the
+/// ones their files ask: the periodic set's 76 % of a CPU and the mutex pair's lock, held
+/// 63 % of the time, stay feasible with room to spare.
+const SPEED: std::ops::Range<f64> = 0.6..1.35;
+/// How many runs [`at_speed`] tries before it skips.
+const ATTEMPTS: usize = 3;
+
+/// `vassal twin FILE --duration 2s` until `probe` (the highest-priority thread, asking
+/// `asked_us` per period) runs at a speed in [`SPEED`]; the run and its speed, or `None`
+/// (the test skipped, with every speed seen) after [`ATTEMPTS`] runs out of it.
+fn at_speed(file: &str, probe: &str, asked_us: f64, dir: &std::path::Path) -> Option<(serde_json::Value, f64)> {
+    let mut seen = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let j = twin(file, &["--duration", "2s"], dir);
+        let speed = thread(&j, probe)["real"]["run_p50_us"].as_f64().unwrap_or_else(|| panic!("{probe} never ran: {j}")) / asked_us;
+        if SPEED.contains(&speed) {
+            return Some((j, speed));
+        }
+        eprintln!("{file}: {probe} ran its {asked_us} µs at {speed:.3} times that; run again");
+        seen.push(format!("{speed:.3}"));
+    }
+    vassal_agent::skip::skip(&format!(
+        "{file}: the host ran rt-app's loop at {} times its calibrated speed in {ATTEMPTS} runs (the claims hold in {SPEED:?})",
+        seen.join(", ")
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+    None
 }
 
 /// The baseline (`--kernel`): the pipeline runs under the kernel's own scheduler; the
