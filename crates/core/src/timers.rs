@@ -317,14 +317,10 @@ impl<K: TimerKey, V> Timers<K, V> {
         let e = self.heap.swap_remove(pos);
         self.slots[e.slot as usize].pos = UNARMED;
         if pos < self.heap.len() {
-            // the last element, now at `pos`: at the top (every pop) it can only sink,
-            // and sift_down alone spares the general sift's call (docs/bench.md)
+            // the last element, now at `pos`, rises or sinks (a cancel: a pop of the top
+            // leaves a hole instead, `Timers::hole`)
             self.slots[self.heap[pos].slot as usize].pos = pos as u32;
-            if pos == 0 {
-                self.sift_down(0);
-            } else {
-                self.sift(pos);
-            }
+            self.sift(pos);
         }
         e
     }
