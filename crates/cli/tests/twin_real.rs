@@ -154,9 +154,9 @@ fn the_periodic_set_runs_under_the_agent_and_leaves_nothing() {
 /// run failed at 0.262 against a fixed band), and in a slow hour 1.6–1.9 times (a CI run
 /// saw audio's 1 ms take 1.912 ms). The speed is the median run of the highest-priority
 /// thread over what it asks (audio's 1 ms; the writer's 2.5 ms): its run is CPU time, not
-/// preemption. Where it is out of [`SPEED`] the workload is not the one the file asks
-/// (at 1.9 the mutex pair needs more of its lock than there is), so that run is tried
-/// again, up to [`ATTEMPTS`] times, and if no run is at a speed the claims hold for, the
+/// preemption. Where it is out of [`PERIODIC_SPEED`] or [`MUTEX_SPEED`] the workload is
+/// not the one the file asks (at 1.9 the mutex pair needs more of its lock than there
+/// is), so that run is tried again, up to [`ATTEMPTS`] times, and if no run is at a speed the claims hold for, the
 /// test is skipped with the speeds it saw, never passed.
 /// Before the BPF programs told a missed wake when the thread is seen running
 /// (sched.bpf.c, RUNNING), the agent lost such threads for up to seconds and this failed
@@ -172,7 +172,7 @@ fn the_agent_keeps_every_thread_running() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("twin-test-s-{}", std::process::id()));
-    let Some((j, speed)) = at_speed("twin-periodic.json", "audio", 1000.0, &dir) else { return };
+    let Some((j, speed)) = at_speed("twin-periodic.json", "audio", 1000.0, PERIODIC_SPEED, &dir) else { return };
     for (name, share, period_ms) in [("audio", 0.2, 5.0), ("control", 0.2, 10.0), ("video", 0.36, 16.667)] {
         let t = thread(&j, name);
         let real = t["real"]["cpu_share"].as_f64().unwrap();
@@ -182,7 +182,7 @@ fn the_agent_keeps_every_thread_running() {
         assert!(timed > 0.9 * 2000.0 / period_ms, "{name}: {timed} periods: {}", t["real"]);
         assert!((t["real"]["missed"].as_u64().unwrap() as f64) < 0.05 * timed, "{name}: {}", t["real"]);
     }
-    let Some((j, _)) = at_speed("twin-mutex.json", "writer", 2500.0, &dir) else { return };
+    let Some((j, _)) = at_speed("twin-mutex.json", "writer", 2500.0, MUTEX_SPEED, &dir) else { return };
     for (name, period_ms) in [("writer", 10.0), ("reader", 7.0)] {
         let t = thread(&j, name);
         let timed = t["real"]["timed"].as_u64().unwrap() as f64;
@@ -191,29 +191,32 @@ fn the_agent_keeps_every_thread_running() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The loop speeds (a run's time over the time asked) at which the workloads are the
-/// ones their files ask: the periodic set's 76 % of a CPU and the mutex pair's lock, held
-/// 63 % of the time, stay feasible with room to spare.
-const SPEED: std::ops::Range<f64> = 0.6..1.35;
+/// The loop speeds (a run's time over the time asked) at which the periodic set is the
+/// workload its file asks: its 76 % of a CPU stays under one CPU of the two.
+const PERIODIC_SPEED: std::ops::Range<f64> = 0.6..1.35;
+/// The same for the mutex pair, whose lock is held 63 % of the time at speed 1: at 1.2,
+/// 76 %, and the writer still has room for its wake-up (a CI run at 1.338 had the lock
+/// held 84 % of the time and the writer ran 178 of its 200 periods, 44 of them late).
+const MUTEX_SPEED: std::ops::Range<f64> = 0.6..1.2;
 /// How many runs [`at_speed`] tries before it skips.
 const ATTEMPTS: usize = 3;
 
 /// `vassal twin FILE --duration 2s` until `probe` (the highest-priority thread, asking
-/// `asked_us` per period) runs at a speed in [`SPEED`]; the run and its speed, or `None`
+/// `asked_us` per period) runs at a speed in `band`; the run and its speed, or `None`
 /// (the test skipped, with every speed seen) after [`ATTEMPTS`] runs out of it.
-fn at_speed(file: &str, probe: &str, asked_us: f64, dir: &std::path::Path) -> Option<(serde_json::Value, f64)> {
+fn at_speed(file: &str, probe: &str, asked_us: f64, band: std::ops::Range<f64>, dir: &std::path::Path) -> Option<(serde_json::Value, f64)> {
     let mut seen = Vec::new();
     for _ in 0..ATTEMPTS {
         let j = twin(file, &["--duration", "2s"], dir);
         let speed = thread(&j, probe)["real"]["run_p50_us"].as_f64().unwrap_or_else(|| panic!("{probe} never ran: {j}")) / asked_us;
-        if SPEED.contains(&speed) {
+        if band.contains(&speed) {
             return Some((j, speed));
         }
         eprintln!("{file}: {probe} ran its {asked_us} µs at {speed:.3} times that; run again");
         seen.push(format!("{speed:.3}"));
     }
     vassal_agent::skip::skip(&format!(
-        "{file}: the host ran rt-app's loop at {} times its calibrated speed in {ATTEMPTS} runs (the claims hold in {SPEED:?})",
+        "{file}: the host ran rt-app's loop at {} times its calibrated speed in {ATTEMPTS} runs (the claims hold in {band:?})",
         seen.join(", ")
     ));
     let _ = std::fs::remove_dir_all(dir);
