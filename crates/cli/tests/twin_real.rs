@@ -156,8 +156,8 @@ fn the_periodic_set_runs_under_the_agent_and_leaves_nothing() {
 /// thread over what it asks (audio's 1 ms; the writer's 2.5 ms): its run is CPU time, not
 /// preemption. Where it is out of [`PERIODIC_SPEED`] or [`MUTEX_SPEED`] the workload is
 /// not the one the file asks (at 1.9 the mutex pair needs more of its lock than there
-/// is), so that run is tried again, up to [`ATTEMPTS`] times, and if no run is at a speed the claims hold for, the
-/// test is skipped with the speeds it saw, never passed.
+/// is), so that run is tried again, up to [`ATTEMPTS`] times, and if no run is at a
+/// speed the claims hold for, the test is skipped with the speeds it saw, never passed.
 /// Before the BPF programs told a missed wake when the thread is seen running
 /// (sched.bpf.c, RUNNING), the agent lost such threads for up to seconds and this failed
 /// in most runs (the reader 49-258 of 714 periods in 5 s; then 710-713). A thread whose
