@@ -33,7 +33,7 @@
 use std::convert::Infallible;
 
 use crate::hierarchy::{Dispatched, Dispatcher};
-use crate::ids::{CpuId, SchedId, TaskId};
+use crate::ids::{CpuId, CpuSet, SchedId, TaskId};
 use crate::policy::{Effect, Preempt};
 use crate::time::Ns;
 use crate::timers::{TimerKey, Timers};
@@ -106,6 +106,9 @@ pub struct Driver<K = Infallible, V = Infallible> {
     timers: Timers<Key<K>, Due<V>>,
     /// Per CPU: the reason of its pending decision.
     pending: Vec<Option<Preempt>>,
+    /// The CPUs with a pending decision (bit c: `pending[c]` is set; at most
+    /// [`crate::MAX_CPUS`] CPUs), so that finding the lowest is one instruction.
+    pending_set: CpuSet,
     /// Per CPU: the instant of its last pending decisions and how many there were.
     guard: Vec<(Ns, u32)>,
     effects: Vec<Effect>,
@@ -114,7 +117,14 @@ pub struct Driver<K = Infallible, V = Infallible> {
 impl<K: TimerKey, V> Driver<K, V> {
     pub fn new(disp: Dispatcher) -> Self {
         let n = disp.ncpus() as usize;
-        Driver { disp, timers: Timers::new(), pending: vec![None; n], guard: vec![(0, 0); n], effects: Vec::new() }
+        Driver {
+            disp,
+            timers: Timers::new(),
+            pending: vec![None; n],
+            pending_set: CpuSet::NONE,
+            guard: vec![(0, 0); n],
+            effects: Vec::new(),
+        }
     }
 
     /// Makes a decision on `cpu` pending (see rule 2: a slice end or a yield is kept over
@@ -123,6 +133,7 @@ impl<K: TimerKey, V> Driver<K, V> {
         if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
             if matches!(p, None | Some(Preempt::Resched)) {
                 *p = Some(why);
+                self.pending_set.0 |= 1 << cpu.0;
             }
         }
     }
@@ -181,7 +192,11 @@ impl<K: TimerKey, V> Driver<K, V> {
 
     /// Takes the lowest CPU's pending decision.
     fn take_pending(&mut self) -> Option<(CpuId, Preempt)> {
-        let c = self.pending.iter().position(Option::is_some)?;
+        if self.pending_set.0 == 0 {
+            return None;
+        }
+        let c = self.pending_set.0.trailing_zeros() as usize;
+        self.pending_set.0 &= self.pending_set.0 - 1;
         let why = self.pending[c].take()?;
         Some((CpuId(c as u16), why))
     }
