@@ -280,7 +280,9 @@ pub struct Status {
     /// Where blocks and wakes come from: "bpf" or "poll" (config key `events`).
     #[serde(default)]
     pub events: String,
-    /// BPF events received (0 when polling).
+    /// BPF events the dispatcher has read from the ring buffer (0 when polling). Quiet
+    /// wakes and blocks (docs/agent.md) wait there until the next pass, which `tasks`
+    /// brings and `status` does not.
     #[serde(default)]
     pub bpf_events: u64,
     /// Runs of armed processes the dispatcher heard of only after they blocked again
