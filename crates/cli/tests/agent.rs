@@ -130,7 +130,11 @@ fn sigterm_restores_every_task() {
     assert!(wait_for(Duration::from_secs(3), || any_parked(&hogs)).is_some());
     // SAFETY: SIGTERM to our agent.
     unsafe { libc::kill(agent.agent_pid(), libc::SIGTERM) };
-    assert!(wait_for(Duration::from_secs(2), || all_restored(&hogs)).is_some(), "SIGTERM did not restore every task");
+    assert!(
+        wait_for(Duration::from_secs(2), || all_restored(&hogs)).is_some(),
+        "SIGTERM did not restore every task: {:?}",
+        hogs.iter().map(|(w, s)| (w.pid, s, kernel::get_sched(w.pid))).collect::<Vec<_>>()
+    );
 }
 
 #[test]
