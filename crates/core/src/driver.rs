@@ -133,7 +133,7 @@ impl<K: TimerKey, V> Driver<K, V> {
         if let Some(p) = self.pending.get_mut(cpu.0 as usize) {
             if matches!(p, None | Some(Preempt::Resched)) {
                 *p = Some(why);
-                self.pending_set.0 |= 1 << cpu.0;
+                self.pending_set.0 |= CpuSet::only(cpu).0;
             }
         }
     }
@@ -192,13 +192,10 @@ impl<K: TimerKey, V> Driver<K, V> {
 
     /// Takes the lowest CPU's pending decision.
     fn take_pending(&mut self) -> Option<(CpuId, Preempt)> {
-        if self.pending_set.0 == 0 {
-            return None;
-        }
-        let c = self.pending_set.0.trailing_zeros() as usize;
-        self.pending_set.0 &= self.pending_set.0 - 1;
-        let why = self.pending[c].take()?;
-        Some((CpuId(c as u16), why))
+        let cpu = self.pending_set.iter().next()?;
+        self.pending_set.0 &= !CpuSet::only(cpu).0;
+        let why = self.pending[cpu.0 as usize].take()?;
+        Some((cpu, why))
     }
 
     /// Counts a pending decision of `cpu` at `now`: how many it took at this instant.
