@@ -377,8 +377,8 @@ impl Policy for Edf {
         if self.table.get(task).is_none() {
             return;
         }
+        self.table.forget_named_ref(task);
         self.set_st(task, St::Blocked);
-        self.table.forget_cpu_refs(task);
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
@@ -387,7 +387,7 @@ impl Policy for Edf {
             return;
         }
         self.table.picked[ci] = None;
-        self.table.forget_cpu_refs(task);
+        self.table.forget_named_ref(task);
         self.table.running[ci] = Some(task);
         self.asked.done(cpu);
         self.set_st(task, St::Running(cpu));
@@ -399,7 +399,7 @@ impl Policy for Edf {
         if self.table.get(task).is_none() {
             return;
         }
-        self.table.clear_running(cpu, task);
+        self.table.forget_named_ref(task);
         // Its job completed here (crate::asked): it may be picked again at once, so it
         // looks elsewhere only after this decision (the check after each dispatch).
         let completed = matches!(self.asked.get(cpu), Ask::Free(_));
