@@ -268,3 +268,40 @@ fn clear_if<R: CpuEntry>(entry: Option<&mut Option<R>>, id: TaskId) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Tasks<()> {
+        let mut t = Tasks::default();
+        t.init(4);
+        t.insert(TaskId(1), St::Blocked, ()).unwrap();
+        t.insert(TaskId(2), St::Blocked, ()).unwrap();
+        t
+    }
+
+    #[test]
+    fn forget_named_ref_clears_the_entry_the_state_names_and_no_other_tasks() {
+        let mut t = table();
+        t.picked[2] = Some(TaskId(1));
+        t.get_mut(TaskId(1)).unwrap().st = St::Picked(CpuId(2));
+        t.running[3] = Some(TaskId(2));
+        t.get_mut(TaskId(2)).unwrap().st = St::Running(CpuId(3));
+        t.forget_named_ref(TaskId(1));
+        assert_eq!(t.picked[2], None);
+        assert_eq!(t.running[3], Some(TaskId(2)), "another task's entry is left alone");
+        t.forget_named_ref(TaskId(2));
+        assert_eq!(t.running[3], None);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "does not name")]
+    fn forget_named_ref_catches_an_entry_the_state_does_not_name() {
+        let mut t = table();
+        t.running[1] = Some(TaskId(1));
+        t.get_mut(TaskId(1)).unwrap().st = St::Running(CpuId(0));
+        t.forget_named_ref(TaskId(1));
+    }
+}
