@@ -768,6 +768,8 @@ impl Dispatcher {
     /// [`Self::kick_cpu`], never asking `except` (a CPU whose decision just considered the
     /// task: asking it again would only repeat that decision — or, when a lower scheduler
     /// alternates between guests, preempt back and forth forever at one instant).
+    // Inlined into `kick_cpu` and `schedule` (docs/bench.md, sixteenth round).
+    #[inline(always)]
     fn kick_cpu_except(&mut self, now: Ns, task: TaskId, except: Option<CpuId>) {
         let rec = &self.tasks.recs[task.0 as usize];
         let allowed = if rec.swapped_out { CpuSet::NONE } else { CpuSet(rec.affinity.0 & !except.map_or(0, |c| CpuSet::only(c).0)) };

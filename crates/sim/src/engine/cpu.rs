@@ -79,6 +79,8 @@ impl Sim {
     }
 
     /// Plans the next event on CPU `c`: the current burst's completion or its slice end.
+    // Inlined into its callers (docs/bench.md, sixteenth round).
+    #[inline(always)]
     pub(super) fn replan(&mut self, c: usize) {
         let now = self.now;
         let cpu = &mut self.cpus[c];
@@ -121,6 +123,8 @@ impl Sim {
         }
     }
 
+    // Inlined into its callers (docs/bench.md, sixteenth round).
+    #[inline(always)]
     pub(super) fn start(&mut self, c: usize, d: Dispatched) {
         let i = d.task.0 as usize;
         let now = self.now;
