@@ -11,7 +11,6 @@
 #
 # About 9 s per run (1 s with --quick, whose figures are rougher).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 rounds=15
 quick=()
 bins=()
@@ -39,21 +38,25 @@ done
 
 python3 - "$runs" "$rounds" <<'EOF'
 import json, statistics, sys
-rates = {}  # binary -> figure -> values
+# (column, where the bench's JSON has it, unit divisor, format)
+FIGURES = [("events M/s", ("events_per_sec",), 1e6, ".2f"), ("rm_1cpu M jobs/s", ("jobs_per_sec", "rm_1cpu"), 1e6, ".2f"),
+           ("gedf_4cpu M jobs/s", ("jobs_per_sec", "gedf_4cpu"), 1e6, ".2f"), ("fixed cost ms", ("fixed_cost_ms",), 1, ".3f")]
+rates = {}  # binary -> column -> values
 for line in open(sys.argv[1]):
     b, out = line.rstrip("\n").split("\t", 1)
-    d = json.loads(out)
-    f = rates.setdefault(b, {})
-    jobs = d.get("jobs_per_sec", {})
-    for name, v, scale in [("events M/s", d.get("events_per_sec"), 1e6), ("rm_1cpu M jobs/s", jobs.get("rm_1cpu"), 1e6),
-                           ("gedf_4cpu M jobs/s", jobs.get("gedf_4cpu"), 1e6), ("fixed cost ms", d.get("fixed_cost_ms"), 1)]:
+    f, d = rates.setdefault(b, {}), json.loads(out)
+    for name, path, scale, _ in FIGURES:
+        v = d
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
         if v is not None:  # an older binary may not measure it
             f.setdefault(name, []).append(v / scale)
-names = ["events M/s", "rm_1cpu M jobs/s", "gedf_4cpu M jobs/s", "fixed cost ms"]
-print(f"{'binary':40s}" + "".join(f"{n:>26s}" for n in names))
+print(f"{'binary':40s}" + "".join(f"{name:>26s}" for name, *_ in FIGURES))
 for b, f in rates.items():
-    fmt = lambda n, x: f"{x:.3f}" if n.endswith("ms") else f"{x:.2f}"
-    cells = [f"{fmt(n, statistics.median(f[n]))} ({fmt(n, min(f[n]))}-{fmt(n, max(f[n]))})" if n in f else "-" for n in names]
+    cells = []
+    for name, _, _, fm in FIGURES:
+        xs = f.get(name)
+        cells.append(f"{statistics.median(xs):{fm}} ({min(xs):{fm}}-{max(xs):{fm}})" if xs else "-")
     print(f"{b:40s}" + "".join(f"{c:>26s}" for c in cells))
 print(f"median (min-max) of each figure over {sys.argv[2]} alternated rounds")
 EOF
