@@ -119,6 +119,9 @@ struct Slot {
     failing: bool,
     /// Its policy uses `on_run` ([`Policy::accounts_runs`], asked once).
     runs: bool,
+    /// Its policy's own picks stand for `on_dispatch` ([`Policy::dispatches_in_pick`],
+    /// asked once).
+    in_pick: bool,
 }
 
 /// How the dispatcher distrusts a loaded scheduler (as Linux's sched_ext does): a contained
@@ -249,7 +252,7 @@ impl Dispatcher {
     pub fn new(ncpus: u16, default_name: &str, mut default: Box<dyn Policy>, cfg: HierarchyConfig) -> Self {
         assert!(ncpus > 0 && ncpus <= crate::ids::MAX_CPUS, "1..=64 CPUs");
         default.init(ncpus);
-        let runs = default.accounts_runs();
+        let (runs, in_pick) = (default.accounts_runs(), default.dispatches_in_pick());
         Dispatcher {
             ncpus,
             cfg,
@@ -263,6 +266,7 @@ impl Dispatcher {
                 guard: None,
                 failing: false,
                 runs,
+                in_pick,
             }],
             next_sched: 1,
             tasks: Tasks { recs: Vec::new(), cpus: vec![None; ncpus as usize], idle: CpuSet::first(ncpus) },
@@ -435,13 +439,20 @@ impl Dispatcher {
     // Inlined with `start` (either alone changes nothing): 0.7 % of a global EDF run.
     #[inline(always)]
     fn notify(&mut self, task: TaskId, now: Ns, f: impl Fn(&mut dyn Policy, &mut Ctx<'_>)) {
+        self.notify_but(task, now, usize::MAX, f)
+    }
+
+    /// [`Dispatcher::notify`], but scheduler `skip` (an index; `usize::MAX`: none) is not
+    /// told.
+    #[inline(always)]
+    fn notify_but(&mut self, task: TaskId, now: Ns, skip: usize, f: impl Fn(&mut dyn Policy, &mut Ctx<'_>)) {
         let rec = &self.tasks.recs[task.0 as usize];
         let (owner, guest) = (rec.owner, rec.guest);
-        if let Some(idx) = self.index_of(owner) {
+        if let Some(idx) = self.index_of(owner).filter(|&i| i != skip) {
             self.call(idx, now, &f);
         }
-        if guest {
-            let last = self.scheds.len() - 1;
+        let last = self.scheds.len() - 1;
+        if guest && last != skip {
             self.call(last, now, &f);
         }
     }
@@ -532,9 +543,9 @@ impl Dispatcher {
         let id = SchedId(self.next_sched);
         self.next_sched += 1;
         policy.init(self.ncpus);
-        let runs = policy.accounts_runs();
-        self.scheds
-            .insert(at, Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false, runs });
+        let (runs, in_pick) = (policy.accounts_runs(), policy.dispatches_in_pick());
+        let slot = Slot { id, name: name.to_string(), usage, policy, decided: 0, refused: 0, guard: None, failing: false, runs, in_pick };
+        self.scheds.insert(at, slot);
         self.runs |= runs;
         Ok(id)
     }
@@ -1057,8 +1068,22 @@ impl Dispatcher {
     // Inlined into `schedule` and `hand_off`, with `notify` (docs/bench.md, sixteenth round).
     #[inline(always)]
     fn start(&mut self, now: Ns, cpu: CpuId, task: TaskId, by: SchedId) -> bool {
+        self.start_but(now, cpu, task, by, usize::MAX)
+    }
+
+    /// [`Dispatcher::start`] of a decision of scheduler `idx`'s `pick`: that scheduler is
+    /// not told `on_dispatch` if its picks stand for it ([`Policy::dispatches_in_pick`]).
+    #[inline(always)]
+    fn start_picked(&mut self, now: Ns, cpu: CpuId, task: TaskId, idx: usize) -> bool {
+        let slot = &self.scheds[idx];
+        let skip = if slot.in_pick { idx } else { usize::MAX };
+        self.start_but(now, cpu, task, slot.id, skip)
+    }
+
+    #[inline(always)]
+    fn start_but(&mut self, now: Ns, cpu: CpuId, task: TaskId, by: SchedId, skip: usize) -> bool {
         let migrated = self.tasks.occupy(cpu, task, by);
-        self.notify(task, now, |p, ctx| p.on_dispatch(ctx, task, cpu));
+        self.notify_but(task, now, skip, |p, ctx| p.on_dispatch(ctx, task, cpu));
         migrated
     }
 
@@ -1089,7 +1114,7 @@ impl Dispatcher {
                 Ok(()) => {
                     self.scheds[idx].decided += 1;
                     let by = self.scheds[idx].id;
-                    let migrated = self.start(now, cpu, d.task, by);
+                    let migrated = self.start_picked(now, cpu, d.task, idx);
                     result = Some(Dispatched { task: d.task, slice: d.slice, by, prev, migrated });
                     break;
                 }

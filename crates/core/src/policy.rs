@@ -12,7 +12,9 @@
 //!   is owned by exactly one scheduler. The default (bottom) scheduler may also hold a
 //!   task as a *guest* (see [`AttachInfo::guest`]).
 //! - `on_wake`: a blocked task became runnable. `on_block`: a task stopped being runnable.
-//! - `on_dispatch`: the task now runs on `cpu` (it was picked, or handed off to).
+//! - `on_dispatch`: the task now runs on `cpu` (it was picked, or handed off to). Not
+//!   called for a decision of the policy's own `pick` when its
+//!   [`Policy::dispatches_in_pick`] is true.
 //! - `on_preempt`: the task stopped running on `cpu` but is still runnable (slice over,
 //!   reschedule, yield). It is always called *before* `pick` for that CPU, like Linux's
 //!   put_prev_task, so the policy can requeue the task and may pick it again.
@@ -377,6 +379,19 @@ pub trait Policy: Send {
     /// fixed priorities without a quantum) says false.
     fn accounts_runs(&self) -> bool {
         true
+    }
+    /// Whether an accepted decision of this policy's own `pick` is its dispatch, asked
+    /// once when the policy is given to the dispatcher. If true, the dispatcher does not
+    /// call `on_dispatch` for it: the policy took the task as running on the CPU when it
+    /// picked it, and a refused decision comes back through `on_refused` as always (the
+    /// policy undoes the dispatch there). A dispatch it did not pick (a hand-off, a guest
+    /// its owner picked) still gets `on_dispatch`, and an `on_dispatch` for a task the
+    /// policy already runs there must change nothing (a wrapper such as
+    /// [`crate::Shared`] may not pass this answer on). One call into the policy fewer
+    /// per decision: `edf`, `fps`, `rr` and `wrr` say true (docs/bench.md, eighteenth
+    /// round).
+    fn dispatches_in_pick(&self) -> bool {
+        false
     }
     fn on_tick(&mut self, _ctx: &mut Ctx, _cpu: CpuId) {}
     fn on_event(&mut self, _ctx: &mut Ctx, _token: u64) {}

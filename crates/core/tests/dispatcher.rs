@@ -1189,6 +1189,47 @@ fn accounting_is_sent_only_while_a_policy_uses_it() {
     assert_eq!(take(&log), Vec::<String>::new());
 }
 
+/// A policy whose picks stand for its dispatch (`Policy::dispatches_in_pick`) hears no
+/// `on_dispatch` for a decision of its own pick — the owner of a guest it picked still
+/// does — but does for a hand-off, and still hears of a refused pick.
+#[test]
+fn a_pick_stands_for_the_dispatch_when_the_policy_says_so() {
+    let log = new_log();
+    let (p, defp) = TestPolicy::boxed("def", &log);
+    defp.knobs().dispatches_in_pick = true;
+    let mut d = Dispatcher::new(1, "def", p, HierarchyConfig::default());
+    let (hi, hip) = add_sched(&mut d, &log, "hi", 20, Position::Top);
+    hip.knobs().silent = true;
+    let a = task(&mut d);
+    take(&log);
+    assert_eq!(d.schedule(0, C0, Preempt::Resched).unwrap().task, a);
+    assert_eq!(take(&log), s(&["hi: pick cpu0", "def: pick cpu0"]));
+
+    // A guest of the default, owned by "hi": its owner hears of the dispatch.
+    let b = task(&mut d);
+    assert_eq!(join(&mut d, hi, b), Reply::Ok);
+    assert_eq!(d.block(1, a, Block::default()), Some(C0));
+    take(&log);
+    assert_eq!(d.schedule(1, C0, Preempt::Resched).unwrap().task, b);
+    assert_eq!(take(&log), s(&["hi: pick cpu0", "def: pick cpu0", "hi: dispatch task1 cpu0"]));
+
+    // A hand-off is no pick: both hear of it.
+    assert_eq!(d.block(2, b, Block::default()), Some(C0));
+    assert!(d.wake(3, a, Wake::default()));
+    take(&log);
+    d.hand_off(3, C0, a).unwrap();
+    assert_eq!(take(&log), s(&["def: dispatch task0 cpu0"]));
+
+    // A refused pick is still told.
+    assert_eq!(d.block(4, a, Block::default()), Some(C0));
+    assert!(d.wake(5, a, Wake::default()));
+    defp.knobs().script.push_back(Some(Decision::run(b, 1_000)));
+    take(&log);
+    assert_eq!(d.schedule(5, C0, Preempt::Resched), None);
+    assert_eq!(take(&log), s(&["hi: pick cpu0", "def: pick cpu0", "def: refused cpu0 task1 NotRunnable"]));
+    d.check_invariants().unwrap();
+}
+
 /// A job's start may come with its wake (`wake_job`): the owner hears the job and then
 /// the wake, as from `job` then `wake`, and nothing for a task that is not blocked.
 #[test]

@@ -265,7 +265,10 @@ impl Edf {
     /// `recheck` in `pick` when a better one was not allowed there; a refused decision
     /// and an attached task set it too. So no running job is worse than a waiting one it
     /// could give way to.
-    fn check_first(&mut self, ctx: &mut Ctx) {
+    /// `except`: a CPU not to look at (the one whose dispatch is being decided in `pick`,
+    /// already this job's though the mechanism does not show it yet: it is no victim, as
+    /// the job just picked is at least as good as the best waiting one allowed there).
+    fn check_first(&mut self, ctx: &mut Ctx, except: Option<CpuId>) {
         let Some(&(_, _, _, first)) = self.ready.first() else {
             self.recheck = self.always_recheck;
             return;
@@ -275,7 +278,7 @@ impl Edf {
         if !self.recheck && everywhere {
             return;
         }
-        self.check_preempt(ctx, first, None);
+        self.check_preempt(ctx, first, except);
         if everywhere && self.asked.is_empty() && !self.always_recheck {
             self.recheck = false;
         }
@@ -289,6 +292,10 @@ impl Policy for Edf {
     /// It never uses how long a task ran (no `on_run`).
     fn accounts_runs(&self) -> bool {
         false
+    }
+    /// A job picked runs from the pick (see `pick`); `on_dispatch` is for hand-offs.
+    fn dispatches_in_pick(&self) -> bool {
+        true
     }
 
     fn init(&mut self, ncpus: u16) {
@@ -383,7 +390,9 @@ impl Policy for Edf {
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
         let ci = cpu.0 as usize;
-        if ci >= self.table.ncpus() || self.table.get(task).is_none() {
+        let Some(t) = self.table.get(task) else { return };
+        if ci >= self.table.ncpus() || (t.st == St::Running(cpu) && self.table.running[ci] == Some(task)) {
+            // Already running there since this policy picked it (`dispatches_in_pick`).
             return;
         }
         self.table.picked[ci] = None;
@@ -392,7 +401,7 @@ impl Policy for Edf {
         self.asked.done(cpu);
         self.set_st(task, St::Running(cpu));
         // The best waiting job may belong on another CPU (several released at once).
-        self.check_first(ctx);
+        self.check_first(ctx, None);
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
@@ -479,8 +488,12 @@ impl Policy for Edf {
                         (0, _, Late::NextPeriod) => Some(key - now),
                         _ => Some(self.quantum),
                     };
-                    self.table.picked[ci] = Some(id);
-                    self.set_st(id, St::Picked(cpu));
+                    // Its dispatch (`dispatches_in_pick`): it runs here from now on, and
+                    // the best job left waiting may belong on another CPU (several
+                    // released at once), as after any dispatch.
+                    self.table.running[ci] = Some(id);
+                    self.set_st(id, St::Running(cpu));
+                    self.check_first(ctx, Some(cpu));
                     return Some(match slice {
                         Some(s) => Decision::run(id, s),
                         None => Decision::run_until_block(id),
@@ -494,6 +507,15 @@ impl Policy for Edf {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
+        let ci = cpu.0 as usize;
+        if self.table.get(decision.task).is_some_and(|t| t.st == St::Running(cpu))
+            && self.table.running.get(ci) == Some(&Some(decision.task))
+        {
+            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
+            self.table.running[ci] = None;
+            self.table.picked[ci] = Some(decision.task);
+            self.set_st(decision.task, St::Picked(cpu));
+        }
         match self.table.refused(cpu, decision.task, why) {
             Undo::Forget => self.on_detach(ctx, decision.task, Detach::Moved),
             Undo::Requeue { .. } => {

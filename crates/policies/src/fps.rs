@@ -284,6 +284,16 @@ impl FixedPriority {
         }
     }
 
+    /// After a dispatch on `cpu`: the head of the ready queue may in turn preempt a less
+    /// important task (or take an idle CPU) elsewhere.
+    fn check_after_dispatch(&mut self, ctx: &mut Ctx, cpu: CpuId) {
+        if ctx.ncpus() > 1 {
+            if let Some(first) = self.first_ready() {
+                self.preempt_check(ctx, first, Some(cpu), true);
+            }
+        }
+    }
+
     /// Takes `task` off its queue and CPU, and forgets it.
     fn forget(&mut self, task: TaskId) {
         if let Some(n) = self.node(task) {
@@ -396,6 +406,10 @@ impl Policy for FixedPriority {
     fn accounts_runs(&self) -> bool {
         self.quantum.is_some()
     }
+    /// A task picked runs from the pick (see `pick`); `on_dispatch` is for hand-offs.
+    fn dispatches_in_pick(&self) -> bool {
+        true
+    }
 
     fn init(&mut self, ncpus: u16) {
         self.table.init(ncpus);
@@ -468,14 +482,13 @@ impl Policy for FixedPriority {
     }
 
     fn on_dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        if self.node(task).is_some() {
-            self.set(task.0, St::Running(cpu));
+        match self.node(task) {
+            // Already running there since this policy picked it (`dispatches_in_pick`).
+            Some(n) if n.st == St::Running(cpu) => return,
+            Some(_) => self.set(task.0, St::Running(cpu)),
+            None => {}
         }
-        if ctx.ncpus() > 1 {
-            if let Some(first) = self.first_ready() {
-                self.preempt_check(ctx, first, Some(cpu), true);
-            }
-        }
+        self.check_after_dispatch(ctx, cpu);
     }
 
     fn on_preempt(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId, why: Preempt) {
@@ -548,7 +561,9 @@ impl Policy for FixedPriority {
                 }
             }
             if let Some(i) = found {
-                self.set(i, St::Picked(cpu));
+                // Its dispatch (`dispatches_in_pick`): it runs here from now on.
+                self.set(i, St::Running(cpu));
+                self.check_after_dispatch(ctx, cpu);
                 let used = self.n(i).used;
                 let task = TaskId(i);
                 return Some(match self.quantum {
@@ -567,6 +582,10 @@ impl Policy for FixedPriority {
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
         let i = task.0;
+        if self.node(task).is_some_and(|n| n.st == St::Running(cpu)) {
+            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
+            self.set(i, St::Picked(cpu));
+        }
         match self.table.refused(cpu, task, why) {
             Undo::Forget => self.forget(task),
             Undo::Blocked => {

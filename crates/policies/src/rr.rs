@@ -194,12 +194,19 @@ impl FifoCore {
     }
 
     pub(crate) fn dispatch(&mut self, ctx: &mut Ctx, task: TaskId, cpu: CpuId) {
-        if self.is_attached(task) {
+        match self.table.get(task) {
+            // Already running there since `pick` took it (`dispatches_in_pick`).
+            Some(n) if n.st == St::Running(cpu) => return,
             // A hand-off (or a guest run by its owner) is taken out of the queue too.
-            self.set(task.0, St::Running(cpu));
+            Some(_) => self.set(task.0, St::Running(cpu)),
+            None => {}
         }
-        // Work conservation: a CPU left idle while tasks wait (e.g. two wake-ups kicked
-        // the same idle CPU) is asked to decide.
+        self.after_dispatch(ctx, cpu);
+    }
+
+    /// Work conservation: a CPU left idle while tasks wait (e.g. two wake-ups kicked the
+    /// same idle CPU) is asked to decide.
+    fn after_dispatch(&mut self, ctx: &mut Ctx, cpu: CpuId) {
         if self.head != NIL {
             kick_idle(ctx, TaskId(self.head), cpu);
         }
@@ -237,7 +244,9 @@ impl FifoCore {
                 // rather than refused later.
                 match ctx.state(task) {
                     TaskState::Runnable => {
-                        self.set(i, St::Picked(cpu));
+                        // Its dispatch (`dispatches_in_pick`): it runs here from now on.
+                        self.set(i, St::Running(cpu));
+                        self.after_dispatch(ctx, cpu);
                         let n = self.n(i);
                         let slice = n.budget.saturating_sub(n.used).max(1);
                         return Some(Decision::run(task, slice));
@@ -254,6 +263,10 @@ impl FifoCore {
 
     pub(crate) fn refused(&mut self, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
+        if let Some(n) = self.table.get_mut(task).filter(|n| n.st == St::Running(cpu)) {
+            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
+            n.st = St::Picked(cpu);
+        }
         match self.table.refused(cpu, task, why) {
             // Not ours to run (any more): forget it rather than offer it again.
             Undo::Forget => self.forget(task),
@@ -336,6 +349,10 @@ impl Policy for RoundRobin {
     }
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         self.core.pick(ctx, cpu)
+    }
+    /// A task picked runs from the pick (`FifoCore::pick`); `on_dispatch` is for hand-offs.
+    fn dispatches_in_pick(&self) -> bool {
+        true
     }
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         self.core.refused(cpu, decision, why);

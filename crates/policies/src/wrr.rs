@@ -110,6 +110,10 @@ impl Policy for WeightedRoundRobin {
     fn pick(&mut self, ctx: &mut Ctx, cpu: CpuId) -> Option<Decision> {
         self.core.pick(ctx, cpu)
     }
+    /// A task picked runs from the pick (`FifoCore::pick`); `on_dispatch` is for hand-offs.
+    fn dispatches_in_pick(&self) -> bool {
+        true
+    }
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         self.core.refused(cpu, decision, why);
     }

@@ -55,6 +55,8 @@ pub struct Knobs {
     pub ctx_results: Vec<String>,
     /// `accounts_runs` says false (asked when the policy is given to the dispatcher).
     pub ignores_runs: bool,
+    /// `dispatches_in_pick` says true (asked likewise).
+    pub dispatches_in_pick: bool,
 }
 
 /// The test's handle on one policy.
@@ -193,6 +195,10 @@ impl Policy for TestPolicy {
 
     fn accounts_runs(&self) -> bool {
         !self.knobs.lock().unwrap().ignores_runs
+    }
+
+    fn dispatches_in_pick(&self) -> bool {
+        self.knobs.lock().unwrap().dispatches_in_pick
     }
 
     fn on_tick(&mut self, _ctx: &mut Ctx, cpu: CpuId) {
