@@ -507,16 +507,8 @@ impl Policy for Edf {
     }
 
     fn on_refused(&mut self, ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
-        let ci = cpu.0 as usize;
-        if self.table.get(decision.task).is_some_and(|t| t.st == St::Running(cpu))
-            && self.table.running.get(ci) == Some(&Some(decision.task))
-        {
-            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
-            self.table.running[ci] = None;
-            self.table.picked[ci] = Some(decision.task);
-            self.set_st(decision.task, St::Picked(cpu));
-        }
-        match self.table.refused(cpu, decision.task, why) {
+        // Its pick took the task as running (`pick`): undone there first.
+        match self.table.refused_pick(cpu, decision.task, why) {
             Undo::Forget => self.on_detach(ctx, decision.task, Detach::Moved),
             Undo::Requeue { .. } => {
                 self.set_st(decision.task, St::Ready);

@@ -582,11 +582,8 @@ impl Policy for FixedPriority {
     fn on_refused(&mut self, _ctx: &mut Ctx, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
         let i = task.0;
-        if self.node(task).is_some_and(|n| n.st == St::Running(cpu)) {
-            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
-            self.set(i, St::Picked(cpu));
-        }
-        match self.table.refused(cpu, task, why) {
+        // Its pick took the task as running (`pick`): undone there first.
+        match self.table.refused_pick(cpu, task, why) {
             Undo::Forget => self.forget(task),
             Undo::Blocked => {
                 self.n_mut(i).used = 0;

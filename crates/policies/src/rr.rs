@@ -263,11 +263,8 @@ impl FifoCore {
 
     pub(crate) fn refused(&mut self, cpu: CpuId, decision: Decision, why: Refusal) {
         let task = decision.task;
-        if let Some(n) = self.table.get_mut(task).filter(|n| n.st == St::Running(cpu)) {
-            // Picked here and taken as running (`pick`): undone to picked, then as any refusal.
-            n.st = St::Picked(cpu);
-        }
-        match self.table.refused(cpu, task, why) {
+        // Its pick took the task as running (`pick`): undone there first.
+        match self.table.refused_pick(cpu, task, why) {
             // Not ours to run (any more): forget it rather than offer it again.
             Undo::Forget => self.forget(task),
             // It will be woken (on_wake) before it can run again.

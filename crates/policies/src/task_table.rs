@@ -248,6 +248,17 @@ impl<T, R: CpuEntry> Tasks<T, R> {
             Refusal::ZeroSlice => Undo::Requeue { zero_slice: true },
         }
     }
+
+    /// `on_refused` for a policy whose picks stand for its dispatch
+    /// (`Policy::dispatches_in_pick`): the task its pick took as running on `cpu` is
+    /// picked there again (its `running` entry cleared), then as [`Tasks::refused`].
+    pub fn refused_pick(&mut self, cpu: CpuId, id: TaskId, why: Refusal) -> Undo {
+        if let Some(t) = self.get_mut(id).filter(|t| t.st == St::Running(cpu)) {
+            t.st = St::Picked(cpu);
+            self.clear_running(cpu, id);
+        }
+        self.refused(cpu, id, why)
+    }
 }
 
 /// Clears every entry of `entries` that is the task's. Branch-free per entry: which
@@ -293,6 +304,20 @@ mod tests {
         assert_eq!(t.running[3], Some(TaskId(2)), "another task's entry is left alone");
         t.forget_named_ref(TaskId(2));
         assert_eq!(t.running[3], None);
+    }
+
+    #[test]
+    fn a_refused_pick_taken_as_running_is_undone_there_only() {
+        let mut t = table();
+        t.running[2] = Some(TaskId(1));
+        t.get_mut(TaskId(1)).unwrap().st = St::Running(CpuId(2));
+        assert_eq!(t.refused_pick(CpuId(2), TaskId(1), Refusal::NotAllowed), Undo::Requeue { zero_slice: false });
+        assert_eq!(t.running[2], None);
+        // Running on another CPU than the refused decision's: not this pick's, left alone.
+        t.running[3] = Some(TaskId(2));
+        t.get_mut(TaskId(2)).unwrap().st = St::Running(CpuId(3));
+        assert_eq!(t.refused_pick(CpuId(2), TaskId(2), Refusal::NotAllowed), Undo::Nothing);
+        assert_eq!((t.running[3], t.get(TaskId(2)).unwrap().st), (Some(TaskId(2)), St::Running(CpuId(3))));
     }
 
     #[test]
